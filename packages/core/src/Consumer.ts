@@ -1,0 +1,612 @@
+import { EventEmitter } from 'node:events';
+import { retryDelayMs } from './backoff.js';
+import { decodeBody } from './body.js';
+import { validateConsumerConfig } from './config.js';
+import { ConfigError, ConsumerStateError, LeaseLostError, OncelyError } from './errors.js';
+import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
+import { LeaseKeeper } from './LeaseKeeper.js';
+import { stderrLogger } from './logger.js';
+import { Metrics } from './metrics.js';
+import { retryTransient } from './processOnce.js';
+import type {
+  AdapterRuntime,
+  BrokerAdapter,
+  ConsumerConfig,
+  ConsumerEvent,
+  ConsumerEventName,
+  DeadLetterReason,
+  Delivery,
+  HandlerContext,
+  IdempotencyStore,
+  Logger,
+  Message,
+  MessageKey,
+  SqlClient,
+} from './types.js';
+
+type State = 'created' | 'running' | 'stopping' | 'stopped';
+
+/** Resolved config: every optional field filled in. */
+type Settings<TBody, Tx> = Required<Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff'>> &
+  Pick<ConsumerConfig<TBody, Tx>, 'backoff'> & { idStrategy: NonNullable<ConsumerConfig['idStrategy']> };
+
+/** How one attempt at the store ended. */
+type Outcome =
+  | { kind: 'processed' }
+  | { kind: 'duplicate' }
+  | { kind: 'exhausted' }
+  | { kind: 'busy'; retryInMs: number }
+  | { kind: 'failed'; error: unknown };
+
+/** Thrown inside the transaction to roll back a claim whose attempts are used up. */
+class AttemptsExhausted extends Error {}
+
+/** Thrown inside the transaction when offsets mode finds the record already applied. */
+class AlreadyApplied extends Error {}
+
+/** Probe interval while the store is down, growing to this cap. */
+const OUTAGE_PROBE_MAX_MS = 2000;
+
+/**
+ * A running consumer: the one place that orders claim → run → commit → ack.
+ *
+ * Create it with `createConsumer(config)` (loads the adapter for `broker.type`) or an
+ * adapter's typed factory such as `createSqsConsumer(options)`.
+ *
+ * @example
+ * ```ts
+ * const consumer = await createConsumer({ name: 'payments', broker: { type: 'memory', broker, queue: 'q' }, store, handler });
+ * consumer.on('duplicate', (e) => console.log('skipped', e.messageId));
+ * await consumer.start();
+ * await consumer.stop();
+ * ```
+ */
+export class Consumer<TBody = unknown, Tx = SqlClient> {
+  private readonly settings: Settings<TBody, Tx>;
+  private readonly store: IdempotencyStore<Tx>;
+  private readonly log: Logger;
+  private readonly emitter = new EventEmitter();
+  private readonly metrics = new Metrics();
+  private state: State = 'created';
+  private stopPromise: Promise<void> | undefined;
+  private readonly stopping = new AbortController();
+  private inFlight = 0;
+  private readonly keepers = new Set<LeaseKeeper>();
+  private readonly waiters: Array<() => void> = [];
+  /** Set while the store is down: fetching pauses until a probe succeeds. */
+  private outage: Promise<void> | undefined;
+
+  constructor(
+    config: ConsumerConfig<TBody, Tx>,
+    private readonly adapter: BrokerAdapter,
+  ) {
+    validateConsumerConfig(config);
+    this.settings = {
+      concurrency: 1,
+      mode: 'transactional',
+      bodyFormat: 'json',
+      maxAttempts: 5,
+      handlerTimeoutMs: 30_000,
+      leaseRenewal: true,
+      leaseMs: 30_000,
+      outageHoldMs: 60_000,
+      stopTimeoutMs: 30_000,
+      logger: stderrLogger,
+      ...config,
+      idStrategy: config.idStrategy ?? adapter.defaultIdStrategy,
+    };
+    this.store = config.store;
+    if (this.settings.mode === 'offsets' && !this.store.offsets) {
+      throw new ConfigError('mode', "is 'offsets' but the store keeps no offsets");
+    }
+    this.log = this.settings.logger;
+    // Unhandled 'error' events would crash the process; we never emit 'error'.
+    this.emitter.setMaxListeners(0);
+  }
+
+  /** Consumer name (the namespace of processed IDs). */
+  get name(): string {
+    return this.settings.name;
+  }
+
+  /** Handlers (and held deliveries) in flight right now. */
+  get inFlightCount(): number {
+    return this.inFlight;
+  }
+
+  /** Subscribes to a consumer event. */
+  on(event: ConsumerEventName, listener: (event: ConsumerEvent) => void): this {
+    this.emitter.on(event, listener);
+    return this;
+  }
+
+  off(event: ConsumerEventName, listener: (event: ConsumerEvent) => void): this {
+    this.emitter.off(event, listener);
+    return this;
+  }
+
+  /** Starts fetching. Rejects if the adapter cannot connect or finds the broker misconfigured. */
+  async start(): Promise<void> {
+    if (this.state !== 'created') throw new ConsumerStateError(`start() called on a ${this.state} consumer`);
+    this.state = 'running';
+    await this.metrics.init();
+    try {
+      await this.adapter.start(this.runtime());
+    } catch (error) {
+      this.state = 'stopped';
+      this.stopping.abort();
+      await this.adapter.close().catch(() => {});
+      throw error;
+    }
+  }
+
+  /**
+   * Stops fetching, lets in-flight handlers finish and settle, releases prefetched
+   * messages that never started, and closes the adapter. After `stopTimeoutMs` the
+   * handlers' `ctx.signal` aborts; their transactions roll back unless already committed.
+   */
+  stop(): Promise<void> {
+    this.stopPromise ??= this.shutdown();
+    return this.stopPromise;
+  }
+
+  private async shutdown(): Promise<void> {
+    if (this.state === 'created') {
+      this.state = 'stopped';
+      return;
+    }
+    this.state = 'stopping';
+    this.stopping.abort();
+    this.wakeWaiters();
+    await this.adapter.stop().catch((error) => this.log.warn('adapter stop failed', { error }));
+    if (!(await this.drained(this.settings.stopTimeoutMs))) {
+      this.log.warn('stop deadline passed with handlers in flight: aborting their signals', { inFlight: this.inFlight });
+      for (const keeper of this.keepers) keeper.abort(new OncelyError('SHUTDOWN', 'consumer stop deadline passed'));
+      await this.drained(this.settings.stopTimeoutMs);
+    }
+    await this.adapter.close().catch((error) => this.log.warn('adapter close failed', { error }));
+    this.state = 'stopped';
+  }
+
+  private async drained(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.inFlight > 0 && Date.now() < deadline) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.min(50, deadline - Date.now()));
+        this.waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    return this.inFlight === 0;
+  }
+
+  // ------------------------------------------------------------------------------------
+  // The adapter's view
+  // ------------------------------------------------------------------------------------
+
+  private runtime(): AdapterRuntime {
+    return {
+      consumerName: this.settings.name,
+      concurrency: this.settings.concurrency,
+      mode: this.settings.mode,
+      store: this.store,
+      log: this.log,
+      stopping: this.stopping.signal,
+      whenReady: () => this.whenReady(),
+      dispatch: (delivery) => this.dispatch(delivery),
+      reportError: (error, context) => this.log.warn(`broker: ${context}`, { error }),
+    };
+  }
+
+  private async whenReady(): Promise<number> {
+    for (;;) {
+      if (this.state !== 'running') return 0;
+      if (this.outage) {
+        await Promise.race([this.outage, this.nextWake()]);
+        continue;
+      }
+      const free = this.settings.concurrency - this.inFlight;
+      if (free > 0) return free;
+      await this.nextWake();
+    }
+  }
+
+  private nextWake(): Promise<void> {
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  private wakeWaiters(): void {
+    for (const wake of this.waiters.splice(0)) wake();
+  }
+
+  private async dispatch(delivery: Delivery): Promise<void> {
+    if (this.state !== 'running') {
+      // Prefetched after stop() began: give it back now rather than let its lease run out.
+      await this.settle('release', () => delivery.release(), { consumer: this.settings.name });
+      return;
+    }
+    this.inFlight++;
+    try {
+      await this.handleDelivery(delivery);
+    } catch (error) {
+      // handleDelivery settles everything itself; reaching here is a bug, never a lost message
+      // (the unsettled delivery returns when its lease lapses).
+      this.log.error('unexpected pipeline error', { error });
+    } finally {
+      this.inFlight--;
+      this.wakeWaiters();
+    }
+  }
+
+  // ------------------------------------------------------------------------------------
+  // The pipeline for one delivery
+  // ------------------------------------------------------------------------------------
+
+  private async handleDelivery(delivery: Delivery): Promise<void> {
+    const { envelope } = delivery;
+    const messageId = resolveMessageId(this.settings.idStrategy, envelope);
+    const base: ConsumerEvent = { consumer: this.settings.name, messageId };
+    let ownerOfClaim: string | undefined;
+    const key: MessageKey | undefined = messageId ? { consumer: this.settings.name, messageId } : undefined;
+    const keeper = new LeaseKeeper({
+      delivery,
+      brokerLease: this.adapter.lease,
+      renewBroker: this.settings.leaseRenewal,
+      handlerTimeoutMs: this.settings.handlerTimeoutMs,
+      claimMs: this.settings.mode === 'leased' ? this.settings.leaseMs : undefined,
+      renewClaim:
+        this.settings.mode === 'leased'
+          ? async () => !ownerOfClaim || !key || this.store.renewLease(key, ownerOfClaim, this.settings.leaseMs)
+          : undefined,
+      onRenewed: () => this.emit('leaseRenewed', base),
+      onLost: (error) => this.emit('leaseLost', { ...base, error }),
+      onRenewError: (error) => this.log.warn('lease renewal failed; retrying', { ...base, error }),
+    });
+    this.keepers.add(keeper);
+    keeper.start();
+    try {
+      this.emit('received', base);
+      if (!messageId || !key) {
+        const detail = `message has no ID under ${describeIdStrategy(this.settings.idStrategy)}`;
+        await this.deadLetter(delivery, 'missing-id', detail, base);
+        return;
+      }
+      let body: unknown;
+      try {
+        body = decodeBody(this.settings.bodyFormat, envelope.body);
+      } catch (error) {
+        await this.deadLetter(delivery, 'invalid-body', `body does not decode: ${errorText(error)}`, base);
+        return;
+      }
+      const attempt = await this.withStore(delivery, keeper, base, () => this.attemptNumber(delivery, key));
+      if (attempt === undefined) return;
+      const message: Message<TBody> = {
+        id: messageId,
+        body: body as TBody,
+        attributes: envelope.attributes,
+        deliveryAttempt: attempt,
+        redelivered: envelope.redelivered,
+        orderingKey: envelope.orderingKey,
+        sequence: envelope.sequence,
+        source: envelope.source,
+        broker: this.adapter.type,
+        raw: envelope.raw,
+      };
+      const event = { ...base, attempt };
+      const started = Date.now();
+      const outcome = await this.withStore(delivery, keeper, event, () =>
+        this.settings.mode === 'leased'
+          ? this.runLeased(message, key, attempt, keeper, event, (owner) => {
+              ownerOfClaim = owner;
+            })
+          : this.runTransactional(message, key, attempt, keeper, delivery),
+      );
+      if (outcome === undefined) return;
+      await this.conclude(outcome, delivery, { ...event, durationMs: Date.now() - started });
+    } finally {
+      keeper.stop();
+      this.keepers.delete(keeper);
+    }
+  }
+
+  /** The broker's delivery count where it keeps one, else the advisory counter in the store. */
+  private async attemptNumber(delivery: Delivery, key: MessageKey): Promise<number> {
+    const counted = delivery.envelope.deliveryCount;
+    if (counted !== undefined && counted >= 1) return counted;
+    return retryTransient(this.store, () => this.store.recordAttempt(key));
+  }
+
+  /** `transactional` and `offsets` modes: marker (or offset) and effect in one transaction. */
+  private async runTransactional(
+    message: Message<TBody>,
+    key: MessageKey,
+    attempt: number,
+    keeper: LeaseKeeper,
+    delivery: Delivery,
+  ): Promise<Outcome> {
+    const offset = delivery.envelope.offset;
+    try {
+      if (this.settings.mode === 'offsets' && !offset) {
+        throw new OncelyError('CONFIG_INVALID', `mode 'offsets' needs a broker with ordered offsets (Kafka), not '${this.adapter.type}'`);
+      }
+      return await retryTransient(this.store, () =>
+        this.store.transaction(async (tx): Promise<Outcome> => {
+          if (offset && this.settings.mode === 'offsets') {
+            const advanced = await this.store.offsets!.advance(
+              tx,
+              key.consumer,
+              offset.topic,
+              offset.partition,
+              offset.offset,
+            );
+            if (!advanced) throw new AlreadyApplied();
+          } else {
+            const claimed = await this.store.claim(tx, key.consumer, [key.messageId]);
+            if (!claimed.has(key.messageId)) return { kind: 'duplicate' };
+          }
+          // Claimed, so earlier attempts did not commit. Past the limit, earlier attempts
+          // crashed the process: roll back and dead-letter instead of crashing again.
+          if (attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
+          await this.runHandler(message, tx, attempt, keeper);
+          return { kind: 'processed' };
+        }),
+      );
+    } catch (error) {
+      if (error instanceof AlreadyApplied) return { kind: 'duplicate' };
+      if (error instanceof AttemptsExhausted) return { kind: 'exhausted' };
+      if (this.store.classifyError(error) === 'unavailable') throw error;
+      return { kind: 'failed', error };
+    }
+  }
+
+  /** `leased` mode: claim in its own commit, run outside any transaction, complete if still owner. */
+  private async runLeased(
+    message: Message<TBody>,
+    key: MessageKey,
+    attempt: number,
+    keeper: LeaseKeeper,
+    event: ConsumerEvent,
+    setOwner: (owner: string | undefined) => void,
+  ): Promise<Outcome> {
+    const claim = await retryTransient(this.store, () => this.store.acquireLease(key, this.settings.leaseMs));
+    if (claim.status === 'completed') return { kind: 'duplicate' };
+    if (claim.status === 'busy') {
+      // Someone holds a live claim: do not ack; come back once it could have expired.
+      return { kind: 'busy', retryInMs: Math.max(100, claim.lockedUntil.getTime() - Date.now()) };
+    }
+    setOwner(claim.owner);
+    if (claim.takeover) this.emit('takeover', event);
+    if (attempt > this.settings.maxAttempts) {
+      await this.store.releaseLease(key, claim.owner);
+      return { kind: 'exhausted' };
+    }
+    let result: unknown;
+    try {
+      result = await this.runHandler(message, undefined, attempt, keeper);
+    } catch (error) {
+      await this.store
+        .releaseLease(key, claim.owner)
+        .catch((releaseError) => this.log.warn('could not release leased claim', { ...event, error: releaseError }));
+      if (this.store.classifyError(error) === 'unavailable') throw error;
+      return { kind: 'failed', error };
+    } finally {
+      setOwner(undefined);
+    }
+    if (!(await this.store.completeLease(key, claim.owner, result ?? null))) {
+      // Our claim expired and another consumer took over: it owns the outcome now.
+      this.emit('leaseLost', { ...event, error: new LeaseLostError('claim taken over before completion') });
+    }
+    return { kind: 'processed' };
+  }
+
+  private async runHandler(
+    message: Message<TBody>,
+    tx: Tx | undefined,
+    attempt: number,
+    keeper: LeaseKeeper,
+  ): Promise<unknown> {
+    const ctx = this.context(message, tx, attempt, keeper.signal);
+    keeper.startHandlerClock();
+    try {
+      return await this.settings.handler(message, ctx);
+    } finally {
+      keeper.stopHandlerClock();
+      // A timed-out or shut-down handler must not commit: it may have stopped half-way
+      // when it saw the signal. A lost lease alone does not stop a finished handler from
+      // committing — the unique key settles the race with whoever got the redelivery.
+      const reason = keeper.signal.reason;
+      if (keeper.signal.aborted && !(reason instanceof LeaseLostError)) throw reason;
+    }
+  }
+
+  private context(message: Message<TBody>, tx: Tx | undefined, attempt: number, signal: AbortSignal) {
+    const { name } = this.settings;
+    const fields = { consumer: name, messageId: message.id };
+    const log: Logger = {
+      debug: (m, f) => this.log.debug(m, { ...fields, ...f }),
+      info: (m, f) => this.log.info(m, { ...fields, ...f }),
+      warn: (m, f) => this.log.warn(m, { ...fields, ...f }),
+      error: (m, f) => this.log.error(m, { ...fields, ...f }),
+    };
+    const ctx = {
+      idempotencyKey: (step: string) => `${name}:${message.id}:${step}`,
+      signal,
+      attempt,
+      log,
+    } as HandlerContext<Tx>;
+    Object.defineProperty(ctx, 'tx', {
+      enumerable: true,
+      get: () => {
+        if (tx === undefined) {
+          throw new OncelyError('CONSUMER_STATE', "ctx.tx is not available in 'leased' mode: the handler runs outside a transaction");
+        }
+        return tx;
+      },
+    });
+    return ctx;
+  }
+
+  private async conclude(outcome: Outcome, delivery: Delivery, event: ConsumerEvent): Promise<void> {
+    switch (outcome.kind) {
+      case 'processed':
+        this.emit('processed', event);
+        await this.settle('ack', () => delivery.ack(), event);
+        return;
+      case 'duplicate':
+        this.emit('duplicate', event);
+        await this.settle('ack', () => delivery.ack(), event);
+        return;
+      case 'busy':
+        await this.retry(delivery, outcome.retryInMs, event);
+        return;
+      case 'exhausted':
+        await this.deadLetter(
+          delivery,
+          'max-attempts',
+          `delivery ${event.attempt} exceeds maxAttempts ${this.settings.maxAttempts}; earlier attempts did not complete`,
+          event,
+        );
+        return;
+      case 'failed': {
+        this.emit('failed', { ...event, error: outcome.error });
+        const attempt = event.attempt ?? 1;
+        if (attempt >= this.settings.maxAttempts) {
+          const detail = `failed ${attempt} times; last error: ${errorText(outcome.error)}`;
+          await this.deadLetter(delivery, 'max-attempts', detail, event);
+        } else {
+          await this.retry(delivery, retryDelayMs(attempt, this.settings.backoff), event);
+        }
+        return;
+      }
+    }
+  }
+
+  private async retry(delivery: Delivery, delayMs: number, event: ConsumerEvent): Promise<void> {
+    if (await this.settle('retry', () => delivery.retryLater(delayMs), event)) {
+      this.emit('retried', { ...event, delayMs });
+    }
+  }
+
+  private async deadLetter(
+    delivery: Delivery,
+    reason: DeadLetterReason,
+    detail: string,
+    event: ConsumerEvent,
+  ): Promise<void> {
+    this.log.warn('dead-lettering message', { ...event, reason, detail });
+    if (await this.settle('dead-letter', () => delivery.deadLetter(reason, detail), event)) {
+      this.emit('deadLettered', { ...event, reason });
+    }
+  }
+
+  /**
+   * Runs one settlement. A failure after the commit is logged and counted (`ackFailed`),
+   * never retried into a second effect: the redelivery it causes meets the marker.
+   */
+  private async settle(what: string, action: () => Promise<void>, event: ConsumerEvent): Promise<boolean> {
+    try {
+      await action();
+      return true;
+    } catch (error) {
+      this.log.warn(`${what} failed`, { ...event, error });
+      this.emit('ackFailed', { ...event, error });
+      return false;
+    }
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Store outage: fail closed
+  // ------------------------------------------------------------------------------------
+
+  /**
+   * Runs a store step. When the store is unavailable, fetching pauses, the delivery is
+   * held (its lease kept) and the step re-run once the store answers; after
+   * `outageHoldMs` the delivery is released to the broker. Returns undefined when the
+   * delivery was released.
+   */
+  private async withStore<T>(
+    delivery: Delivery,
+    keeper: LeaseKeeper,
+    event: ConsumerEvent,
+    step: () => Promise<T>,
+  ): Promise<T | undefined> {
+    const holdUntil = Date.now() + this.settings.outageHoldMs;
+    for (;;) {
+      try {
+        return await step();
+      } catch (error) {
+        if (this.store.classifyError(error) !== 'unavailable') throw error;
+        this.enterOutage(error, event);
+        const recovered = await this.waitForStore(holdUntil, keeper.signal);
+        if (!recovered) {
+          if (await this.settle('release', () => delivery.release(), event)) this.emit('released', event);
+          return undefined;
+        }
+      }
+    }
+  }
+
+  private enterOutage(error: unknown, event: ConsumerEvent): void {
+    if (this.outage) return;
+    this.emit('storeUnavailable', { ...event, error });
+    this.log.error('store unavailable: pausing fetching until it answers', { error });
+    void this.adapter.pause?.().catch((pauseError) => this.log.warn('adapter pause failed', { error: pauseError }));
+    this.outage = this.probeUntilBack().then(() => {
+      this.outage = undefined;
+      this.emit('storeRecovered', { consumer: this.settings.name });
+      this.log.warn('store answers again: resuming');
+      void this.adapter.resume?.().catch((resumeError) => this.log.warn('adapter resume failed', { error: resumeError }));
+      this.wakeWaiters();
+    });
+  }
+
+  private async probeUntilBack(): Promise<void> {
+    for (let delay = 100; ; delay = Math.min(OUTAGE_PROBE_MAX_MS, delay * 2)) {
+      await sleep(delay);
+      try {
+        await this.store.ping();
+        return;
+      } catch {
+        if (this.state === 'stopped') return;
+      }
+    }
+  }
+
+  private async waitForStore(holdUntil: number, leaseSignal: AbortSignal): Promise<boolean> {
+    const outage = this.outage;
+    if (!outage) return true;
+    const remaining = holdUntil - Date.now();
+    if (remaining <= 0 || leaseSignal.aborted) return false;
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), remaining);
+      leaseSignal.addEventListener('abort', () => resolve(false), { once: true });
+      this.stopping.signal.addEventListener('abort', () => resolve(false), { once: true });
+    });
+    try {
+      return await Promise.race([outage.then(() => true as const), gaveUp]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private emit(name: ConsumerEventName, event: ConsumerEvent): void {
+    this.metrics.record(name, event);
+    try {
+      this.emitter.emit(name, event);
+    } catch (error) {
+      // A throwing listener must not derail the pipeline.
+      this.log.warn(`'${name}' listener threw`, { error });
+    }
+  }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,143 @@
+import { HandlerTimeoutError, isOncelyError, LeaseLostError } from './errors.js';
+import type { AdapterLease, Delivery } from './types.js';
+
+export interface LeaseKeeperOptions {
+  delivery: Delivery;
+  /** The adapter's lease facts; absent when the broker has no renewable lease. */
+  brokerLease?: AdapterLease;
+  /** False turns broker renewal off (lease-loss tests). */
+  renewBroker: boolean;
+  /** Leased mode: renews the DB claim; resolves false when the claim was taken over. */
+  renewClaim?: () => Promise<boolean>;
+  /** Leased mode: the DB claim's length. */
+  claimMs?: number;
+  handlerTimeoutMs: number;
+  onRenewed(): void;
+  onLost(error: Error): void;
+  onRenewError(error: unknown): void;
+  now?: () => number;
+}
+
+/**
+ * Keeps one delivery's leases alive — the broker lease and, in leased mode, the DB
+ * claim — on one timer, from receipt until the settlement is confirmed. Also while a
+ * duplicate waits on another transaction's marker row, and while a batch waits for its
+ * commit: the lease must outlive everything that happens before the ack.
+ *
+ * It enforces its own deadlines because some brokers never report a failed renewal
+ * (Pub/Sub without exactly-once delivery acks every modAck): the handler timeout, and
+ * the broker's maximum total lease measured from receipt (SQS 12 h). When a renewal
+ * fails or a deadline passes, `signal` aborts.
+ */
+export class LeaseKeeper {
+  private readonly controller = new AbortController();
+  private readonly receivedAt: number;
+  private readonly intervalMs: number | undefined;
+  private brokerExpiresAt: number | undefined;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private handlerTimer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private readonly now: () => number;
+
+  constructor(private readonly options: LeaseKeeperOptions) {
+    this.now = options.now ?? Date.now;
+    this.receivedAt = this.now();
+    const { brokerLease, delivery, renewBroker, claimMs } = options;
+    const brokerRenewable = renewBroker && brokerLease !== undefined && delivery.extendLease !== undefined;
+    this.brokerExpiresAt =
+      delivery.leaseExpiresAt ?? (brokerLease ? this.receivedAt + brokerLease.extendByMs : undefined);
+    // Renew at half the shorter lease: one late or failed tick still leaves time for the next.
+    const periods = [brokerRenewable ? brokerLease.extendByMs : undefined, options.renewClaim ? claimMs : undefined];
+    const shortest = Math.min(...periods.filter((p): p is number => p !== undefined));
+    this.intervalMs = Number.isFinite(shortest) ? Math.max(20, Math.floor(shortest / 2)) : undefined;
+  }
+
+  /** Aborts when the lease is lost or a deadline passes. */
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  start(): void {
+    if (this.intervalMs !== undefined) this.schedule();
+  }
+
+  /** Starts the handler's clock; `signal` aborts with `HandlerTimeoutError` when it runs out. */
+  startHandlerClock(): void {
+    clearTimeout(this.handlerTimer);
+    this.handlerTimer = setTimeout(
+      () => this.abort(new HandlerTimeoutError(`handler ran longer than ${this.options.handlerTimeoutMs} ms`)),
+      this.options.handlerTimeoutMs,
+    );
+    this.handlerTimer.unref?.();
+  }
+
+  stopHandlerClock(): void {
+    clearTimeout(this.handlerTimer);
+  }
+
+  /** Aborts the signal from outside (shutdown deadline). */
+  abort(reason: Error): void {
+    if (!this.controller.signal.aborted) this.controller.abort(reason);
+  }
+
+  /** Stops renewing: call once the settlement is confirmed. */
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.renewTimer);
+    clearTimeout(this.handlerTimer);
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.renewTimer = setTimeout(() => void this.renew(), this.intervalMs);
+    this.renewTimer.unref?.();
+  }
+
+  private async renew(): Promise<void> {
+    if (this.stopped) return;
+    const { delivery, brokerLease, renewBroker, renewClaim } = this.options;
+    try {
+      if (renewBroker && brokerLease && delivery.extendLease) {
+        const extendBy = this.cappedExtension(brokerLease);
+        if (extendBy <= 0) {
+          // The broker's total cap is reached: the lease will lapse, the message will come back.
+          this.lose(new LeaseLostError(`the broker's maximum lease of ${brokerLease.maxTotalMs} ms is reached`));
+          return;
+        }
+        await delivery.extendLease(extendBy);
+        this.brokerExpiresAt = this.now() + extendBy;
+      }
+      if (renewClaim && !(await renewClaim())) {
+        this.lose(new LeaseLostError('the leased-mode claim was taken over by another consumer'));
+        return;
+      }
+      if (this.stopped) return;
+      this.options.onRenewed();
+    } catch (error) {
+      if (this.stopped) return;
+      if (isOncelyError(error, 'LEASE_LOST')) {
+        this.lose(error);
+        return;
+      }
+      // A transient failure (network blip): keep trying while the lease can still be alive.
+      this.options.onRenewError(error);
+      if (this.brokerExpiresAt !== undefined && this.now() >= this.brokerExpiresAt) {
+        this.lose(new LeaseLostError('lease renewal kept failing until the lease expired', { cause: error }));
+        return;
+      }
+    }
+    this.schedule();
+  }
+
+  private cappedExtension(lease: AdapterLease): number {
+    if (lease.maxTotalMs === undefined) return lease.extendByMs;
+    return Math.min(lease.extendByMs, this.receivedAt + lease.maxTotalMs - this.now());
+  }
+
+  private lose(error: Error): void {
+    this.stopped = true;
+    clearTimeout(this.renewTimer);
+    this.abort(error);
+    this.options.onLost(error);
+  }
+}

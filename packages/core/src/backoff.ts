@@ -1,0 +1,20 @@
+import type { BackoffConfig } from './types.js';
+
+/** Defaults for {@link BackoffConfig}. */
+export const DEFAULT_BACKOFF: Required<BackoffConfig> = { initialMs: 1000, maxMs: 60_000, multiplier: 2, jitter: 0.2 };
+
+/**
+ * Delay before retrying after failed attempt number `attempt` (1-based): exponential,
+ * capped at `maxMs`, plus up to `jitter` × delay of random spread. Jitter only adds, so
+ * a retry never comes sooner than the configured backoff.
+ *
+ * @example
+ * ```ts
+ * retryDelayMs(3, { initialMs: 1000, maxMs: 60000 }); // 4000..4800
+ * ```
+ */
+export function retryDelayMs(attempt: number, config: Partial<BackoffConfig> = {}, random = Math.random): number {
+  const { initialMs, maxMs, multiplier, jitter } = { ...DEFAULT_BACKOFF, ...config };
+  const base = Math.min(maxMs, initialMs * multiplier ** Math.max(0, attempt - 1));
+  return Math.min(maxMs, Math.round(base + base * jitter * random()));
+}

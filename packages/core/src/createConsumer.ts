@@ -1,0 +1,73 @@
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { ADAPTER_PACKAGES, validateConsumerConfig } from './config.js';
+import { Consumer } from './Consumer.js';
+import { AdapterNotInstalledError, ConfigError } from './errors.js';
+import { stderrLogger } from './logger.js';
+import type { AdapterModule, BrokerType, ConsumerConfig, SqlClient } from './types.js';
+
+/**
+ * Creates a consumer for `config.broker.type`, loading the adapter package
+ * (`@oncely/sqs`, `@oncely/rabbitmq`, ...) from the application by dynamic import. Fails
+ * with a message naming the package to install when it is missing.
+ *
+ * @example
+ * ```ts
+ * const consumer = await createConsumer({
+ *   name: 'payments',
+ *   broker: { type: 'rabbitmq', url: 'amqp://localhost', queue: 'payments' },
+ *   store: new PostgresStore({ connectionString: process.env.DATABASE_URL }),
+ *   handler: async (message, ctx) => {
+ *     await ctx.tx.query('INSERT INTO payments(order_id) VALUES ($1)', [message.body.orderId]);
+ *   },
+ * });
+ * await consumer.start();
+ * ```
+ */
+export async function createConsumer<TBody = unknown, Tx = SqlClient>(
+  config: ConsumerConfig<TBody, Tx>,
+): Promise<Consumer<TBody, Tx>> {
+  validateConsumerConfig(config);
+  const module = await loadAdapterModule(config.broker.type as BrokerType);
+  const adapter = module.createAdapter(config.broker, {
+    consumerName: config.name,
+    log: config.logger ?? stderrLogger,
+  });
+  return new Consumer(config, adapter);
+}
+
+/**
+ * Loads the adapter package for a broker type. Resolution starts at the application's
+ * working directory (not core's own folder), so strict layouts such as pnpm's work.
+ */
+export async function loadAdapterModule(type: BrokerType): Promise<AdapterModule> {
+  const packageName = ADAPTER_PACKAGES[type];
+  if (!packageName) throw new ConfigError('broker.type', `must be one of ${Object.keys(ADAPTER_PACKAGES).join(', ')}`);
+  let module: Partial<AdapterModule>;
+  try {
+    const appRequire = createRequire(join(process.cwd(), 'package.json'));
+    module = await import(pathToFileURL(appRequire.resolve(packageName)).href);
+  } catch (fromApp) {
+    try {
+      // Fallback for hoisted installs where the working directory is elsewhere.
+      module = await import(packageName);
+    } catch (fromCore) {
+      if (isModuleNotFound(fromApp) && isModuleNotFound(fromCore)) {
+        throw new AdapterNotInstalledError(type, packageName, { cause: fromCore });
+      }
+      throw fromCore;
+    }
+  }
+  if (typeof module.createAdapter !== 'function') {
+    throw new AdapterNotInstalledError(type, packageName, {
+      cause: new Error(`${packageName} does not export createAdapter(); is it an Oncely adapter of a matching version?`),
+    });
+  }
+  return module as AdapterModule;
+}
+
+function isModuleNotFound(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === 'MODULE_NOT_FOUND' || code === 'ERR_MODULE_NOT_FOUND';
+}

@@ -1,0 +1,56 @@
+export { DEFAULT_BACKOFF, retryDelayMs } from './backoff.js';
+export { decodeBody } from './body.js';
+export type { LoadConfigOptions, LoadedConfig } from './config.js';
+export { ADAPTER_PACKAGES, loadConfig, validateConsumerConfig } from './config.js';
+export { Consumer } from './Consumer.js';
+export { createConsumer, loadAdapterModule } from './createConsumer.js';
+export type { OncelyErrorCode } from './errors.js';
+export {
+  AdapterNotInstalledError,
+  BrokerMisconfiguredError,
+  ConfigError,
+  ConsumerStateError,
+  HandlerTimeoutError,
+  isOncelyError,
+  LeaseLostError,
+  OncelyError,
+  StoreReentrancyError,
+  StoreUnavailableError,
+} from './errors.js';
+export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
+export type { LeaseKeeperOptions } from './LeaseKeeper.js';
+export { LeaseKeeper } from './LeaseKeeper.js';
+export { silentLogger, stderrLogger } from './logger.js';
+export type { ProcessOnceResult } from './processOnce.js';
+export { MAX_TRANSIENT_RETRIES, processOnce, retryTransient } from './processOnce.js';
+export type {
+  AdapterLease,
+  AdapterModule,
+  AdapterRuntime,
+  BackoffConfig,
+  BodyFormat,
+  BrokerAdapter,
+  BrokerConfig,
+  BrokerType,
+  ConsumerConfig,
+  ConsumerEvent,
+  ConsumerEventName,
+  DeadLetterReason,
+  Delivery,
+  DiagnoseFinding,
+  DiagnoseReport,
+  Envelope,
+  Handler,
+  HandlerContext,
+  IdempotencyStore,
+  IdStrategy,
+  LeaseClaim,
+  Logger,
+  Message,
+  MessageKey,
+  OffsetStore,
+  ProcessingMode,
+  SqlClient,
+  SqlResult,
+  StoreErrorKind,
+} from './types.js';

@@ -1,0 +1,401 @@
+/**
+ * The contracts between the three parts of Oncely:
+ *
+ * - the **store** (`@oncely/postgres`) implements {@link IdempotencyStore};
+ * - each **adapter** (`@oncely/sqs`, `@oncely/rabbitmq`, ...) implements {@link BrokerAdapter}
+ *   and hands the core {@link Delivery} objects;
+ * - the **core** owns the state machine (claim → run → commit → ack) and is the only
+ *   place that decides when to ack, retry or dead-letter.
+ */
+
+// ---------------------------------------------------------------------------------------
+// SQL and the store
+// ---------------------------------------------------------------------------------------
+
+/** The result of one SQL statement. */
+export interface SqlResult<R = Record<string, unknown>> {
+  rows: R[];
+  rowCount: number | null;
+}
+
+/**
+ * A connection inside a transaction: what handlers receive as `ctx.tx` with the Postgres
+ * store. Compatible with `pg.PoolClient` and PGlite transactions.
+ */
+export interface SqlClient {
+  query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+}
+
+/** Identifies one message for one consumer: the unique key of the processed marker. */
+export interface MessageKey {
+  /** Consumer name: the namespace of processed IDs. */
+  consumer: string;
+  messageId: string;
+}
+
+/** How the store classifies an error (by SQLSTATE or socket error code, never by text). */
+export type StoreErrorKind =
+  /** The database cannot be reached or went away: fail closed, pause, retry later. */
+  | 'unavailable'
+  /** Serialization failure, deadlock or lock timeout (40001, 40P01, 55P03): retry at once, no attempt counted. */
+  | 'transient'
+  /** Anything else, including errors raised by the handler's own SQL. */
+  | 'other';
+
+/** Outcome of a leased-mode claim. */
+export type LeaseClaim =
+  | { status: 'acquired'; owner: string; takeover: boolean; lockedUntil: Date }
+  | { status: 'busy'; lockedUntil: Date }
+  | { status: 'completed'; result: unknown };
+
+/**
+ * Offsets kept in the same transaction as the output (`offsets` mode, Kafka).
+ */
+export interface OffsetStore<Tx = SqlClient> {
+  /**
+   * The transaction's first statement: advances the stored next offset of
+   * `(consumer, topic, partition)` to `offset + 1` only when it is `<= offset`.
+   * Returns false when an earlier owner already applied this record (roll back and skip).
+   */
+  advance(tx: Tx, consumer: string, topic: string, partition: number, offset: string): Promise<boolean>;
+  /** Stored next offsets for a topic's partitions. */
+  read(consumer: string, topic: string): Promise<Map<number, string>>;
+}
+
+/**
+ * What the core needs from a store. `@oncely/postgres` implements it on `pg` and PGlite.
+ * The core runs the state machine with these primitives; the store never decides
+ * whether to ack.
+ */
+export interface IdempotencyStore<Tx = SqlClient> {
+  /** Runs `work` in one transaction: commits when it resolves, rolls back when it throws. */
+  transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+  /**
+   * Inserts processed markers for `messageIds` inside `tx` (`ON CONFLICT DO NOTHING`) and
+   * returns the IDs this call inserted. An ID held by another open transaction makes the
+   * call wait for it: its commit makes the ID a duplicate, its rollback hands it to us.
+   */
+  claim(tx: Tx, consumer: string, messageIds: readonly string[]): Promise<ReadonlySet<string>>;
+  /** Runs `work` under a savepoint of `tx`; a throw rolls back to the savepoint and rethrows. */
+  savepoint<T>(tx: Tx, work: () => Promise<T>): Promise<T>;
+  /**
+   * Advisory delivery counter for brokers that keep none: increments in its own short
+   * transaction and returns the new count (1 on the first delivery). Never a dedup gate.
+   */
+  recordAttempt(key: MessageKey): Promise<number>;
+  /** Leased mode: claim `in_progress` until now + `leaseMs` (database time). */
+  acquireLease(key: MessageKey, leaseMs: number): Promise<LeaseClaim>;
+  /** Leased mode: extends the claim if `owner` still holds it. */
+  renewLease(key: MessageKey, owner: string, leaseMs: number): Promise<boolean>;
+  /** Leased mode: marks completed with `result` if `owner` still holds it. */
+  completeLease(key: MessageKey, owner: string, result: unknown): Promise<boolean>;
+  /** Leased mode: gives the claim up (after a failure) if `owner` still holds it. */
+  releaseLease(key: MessageKey, owner: string): Promise<void>;
+  /** Classifies an error thrown by any of these methods or by handler SQL. */
+  classifyError(error: unknown): StoreErrorKind;
+  /** Cheap round trip used to detect that the store is back after an outage. */
+  ping(): Promise<void>;
+  /** Present on stores that can keep Kafka offsets (`offsets` mode). */
+  readonly offsets?: OffsetStore<Tx>;
+  close(): Promise<void>;
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages and handlers
+// ---------------------------------------------------------------------------------------
+
+/** A delivered message as the handler sees it. */
+export interface Message<TBody = unknown> {
+  /** The stable ID under the consumer's ID strategy: the same on every delivery. */
+  id: string;
+  body: TBody;
+  /** Message attributes / headers / application properties, as strings. */
+  attributes: Readonly<Record<string, string>>;
+  /** Delivery count (1 on the first delivery), from the broker or the advisory counter. */
+  deliveryAttempt?: number;
+  redelivered?: boolean;
+  orderingKey?: string;
+  sequence?: string;
+  /** Queue, topic or subscription the message came from. */
+  source: string;
+  /** Broker type, for example `'sqs'`. */
+  broker: string;
+  /** The broker SDK's own message object. */
+  raw: unknown;
+}
+
+/** Structured logger; defaults write warnings and errors to stderr. */
+export interface Logger {
+  debug(message: string, fields?: Record<string, unknown>): void;
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
+}
+
+/** What a handler receives besides the message. */
+export interface HandlerContext<Tx = SqlClient> {
+  /**
+   * The store transaction the processed marker is written in. Write business data
+   * through it: marker and effect commit together or not at all. Not available in
+   * `leased` mode (the handler runs outside any transaction there).
+   */
+  tx: Tx;
+  /**
+   * Deterministic key for calls no transaction covers: `${consumer}:${messageId}:${step}`.
+   * Send it as the provider's idempotency key.
+   */
+  idempotencyKey(step: string): string;
+  /** Aborts when the lease is lost, the handler timeout passes or shutdown's deadline passes. */
+  signal: AbortSignal;
+  /** 1 on the first attempt. */
+  attempt: number;
+  log: Logger;
+}
+
+/** The user's handler. Throwing rolls the transaction back; the message is retried. */
+export type Handler<TBody = unknown, Tx = SqlClient> = (
+  message: Message<TBody>,
+  ctx: HandlerContext<Tx>,
+) => Promise<unknown>;
+
+// ---------------------------------------------------------------------------------------
+// Adapters
+// ---------------------------------------------------------------------------------------
+
+/** Why a message went to the dead-letter destination. */
+export type DeadLetterReason = 'missing-id' | 'invalid-body' | 'max-attempts';
+
+/**
+ * What an adapter extracts from a broker delivery, before the core resolves the ID and
+ * parses the body.
+ */
+export interface Envelope {
+  /** Raw payload (Buffer or string), or an already-decoded value. */
+  body: unknown;
+  attributes: Record<string, string>;
+  /** ID the broker assigned (SQS MessageId, Pub/Sub messageId, Kafka topic/partition/offset). */
+  brokerMessageId?: string;
+  /** ID the producer set in the broker's own field (Service Bus messageId, RabbitMQ properties.messageId). */
+  producerMessageId?: string;
+  /** SQS FIFO MessageDeduplicationId, when present. */
+  deduplicationId?: string;
+  /** Delivery count kept by the broker (1 = first delivery); absent where the broker keeps none. */
+  deliveryCount?: number;
+  redelivered?: boolean;
+  orderingKey?: string;
+  sequence?: string;
+  /** Queue / topic / subscription name. */
+  source: string;
+  /** Position in an ordered log (Kafka): what `offsets` mode advances. */
+  offset?: { topic: string; partition: number; offset: string };
+  raw: unknown;
+}
+
+/**
+ * One delivery of one message, with its settlement operations. The core calls exactly
+ * one of `ack`, `retryLater`, `deadLetter` or `release`, after the store has committed
+ * (or after it decided nothing must commit).
+ */
+export interface Delivery {
+  readonly envelope: Envelope;
+  /** When the broker lease runs out, in epoch ms, if the broker tells. */
+  readonly leaseExpiresAt?: number;
+  /** Settles the message as done. May fail after a commit: the core logs and counts it. */
+  ack(): Promise<void>;
+  /** Makes the broker deliver it again, after `delayMs` where the broker can delay. */
+  retryLater(delayMs: number): Promise<void>;
+  /** Sends it to the dead-letter destination with the reason, then settles the original. */
+  deadLetter(reason: DeadLetterReason, detail: string): Promise<void>;
+  /** Gives it back at once without it counting as a failure where the broker allows (stop, outage). */
+  release(): Promise<void>;
+  /**
+   * Extends the lease to `ms` from now. Rejects with `LeaseLostError` when the lease is
+   * gone. Absent when the broker has no renewable lease.
+   */
+  extendLease?(ms: number): Promise<void>;
+}
+
+/** Lease facts an adapter declares so the core's lease keeper can renew in time. */
+export interface AdapterLease {
+  /** How far each renewal pushes the lease (for example the SQS visibility timeout). */
+  extendByMs: number;
+  /** Hard cap measured from receipt (SQS 12 h, Pub/Sub maxExtensionTime); the keeper stops there. */
+  maxTotalMs?: number;
+}
+
+/** The core side an adapter talks to. */
+export interface AdapterRuntime {
+  readonly consumerName: string;
+  readonly concurrency: number;
+  /**
+   * Resolves with the number of free handler slots (≥ 1) once the consumer takes work,
+   * waiting while it is full or paused (store outage). Resolves 0 once stopping: the
+   * receive loop must then end.
+   */
+  whenReady(): Promise<number>;
+  /** Hands a delivery to the pipeline; resolves once it has been settled. Never rejects. */
+  dispatch(delivery: Delivery): Promise<void>;
+  /** Aborts when `stop()` is called: stop fetching. */
+  readonly stopping: AbortSignal;
+  /** Reports a broker-side failure the adapter recovered from (reconnects and the like). */
+  reportError(error: unknown, context: string): void;
+  readonly log: Logger;
+  /** The consumer's store, for adapters that keep offsets in it (Kafka `offsets` mode). */
+  readonly store: IdempotencyStore<any>;
+  readonly mode: ProcessingMode;
+}
+
+/**
+ * A broker adapter: a receive loop plus settlement. It never decides when to ack.
+ *
+ * Push brokers (RabbitMQ, Kafka) set their prefetch to `runtime.concurrency` and call
+ * `dispatch`; pull brokers (SQS) loop on `whenReady()` and fetch at most that many.
+ */
+export interface BrokerAdapter {
+  readonly type: string;
+  /** Present when deliveries have a renewable lease. */
+  readonly lease?: AdapterLease;
+  /** ID strategy used when the consumer config names none. */
+  readonly defaultIdStrategy: IdStrategy;
+  start(runtime: AdapterRuntime): Promise<void>;
+  /** Stop fetching (store outage). Push adapters cancel or pause consumption; pull adapters may rely on `whenReady()`. */
+  pause?(): Promise<void>;
+  resume?(): Promise<void>;
+  /** Stop fetching and release prefetched deliveries that were never dispatched. */
+  stop(): Promise<void>;
+  /** Close connections; called after in-flight deliveries were settled. */
+  close(): Promise<void>;
+}
+
+/** What each adapter package exports so `createConsumer` can load it by `broker.type`. */
+export interface AdapterModule {
+  createAdapter(broker: BrokerConfig, options: { consumerName: string; log: Logger }): BrokerAdapter;
+  diagnose?(config: ConsumerConfig): Promise<DiagnoseReport>;
+}
+
+/** One finding of `diagnose()`. */
+export interface DiagnoseFinding {
+  level: 'ok' | 'warn' | 'error';
+  message: string;
+}
+
+export interface DiagnoseReport {
+  broker: string;
+  findings: DiagnoseFinding[];
+}
+
+// ---------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------
+
+export type BrokerType = 'memory' | 'sqs' | 'servicebus' | 'pubsub' | 'rabbitmq' | 'kafka';
+
+/** The `broker` section: `type` plus the adapter's own options. */
+export interface BrokerConfig {
+  type: BrokerType | (string & {});
+  [option: string]: unknown;
+}
+
+/**
+ * How the stable message ID is found.
+ *
+ * - `{ attribute: 'message-id' }`: a producer-set attribute/header (recommended).
+ * - `'producer'`: the broker's producer-set ID field (Service Bus `messageId`, RabbitMQ `properties.messageId`).
+ * - `'broker'`: the broker-assigned ID. Catches redeliveries only, not producer retries.
+ * - `'deduplication-id'`: SQS FIFO `MessageDeduplicationId` (unique for 5 minutes only).
+ * - `'content-hash'`: SHA-256 of the body. Dangerous: two identical orders become one.
+ * - a function of the envelope, returning `undefined` when the message has no ID.
+ */
+export type IdStrategy =
+  | { attribute: string }
+  | 'producer'
+  | 'broker'
+  | 'deduplication-id'
+  | 'content-hash'
+  | ((envelope: Envelope) => string | undefined);
+
+/** How the body is decoded before the handler sees it. A decode failure dead-letters with `invalid-body`. */
+export type BodyFormat = 'json' | 'text' | 'buffer' | ((raw: unknown) => unknown);
+
+export type ProcessingMode = 'transactional' | 'leased' | 'offsets';
+
+export interface BackoffConfig {
+  /** @default 1000 */
+  initialMs: number;
+  /** @default 60000 */
+  maxMs: number;
+  /** Growth per attempt. @default 2 */
+  multiplier?: number;
+  /** Extra random delay, as a share of the delay (never below the delay itself). @default 0.2 */
+  jitter?: number;
+}
+
+export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
+  /** Namespace of the processed IDs. Two consumers with one name share dedup state. */
+  name: string;
+  broker: BrokerConfig;
+  store: IdempotencyStore<Tx>;
+  handler: Handler<TBody, Tx>;
+  /** Handlers in flight at once. @default 1 */
+  concurrency?: number;
+  /** @default 'transactional' */
+  mode?: ProcessingMode;
+  /** @default the adapter's own default */
+  idStrategy?: IdStrategy;
+  /** @default 'json' */
+  bodyFormat?: BodyFormat;
+  /** Attempts before the message is dead-lettered with reason `max-attempts`. @default 5 */
+  maxAttempts?: number;
+  /** Delay before a failed message is retried. @default { initialMs: 1000, maxMs: 60000 } */
+  backoff?: Partial<BackoffConfig>;
+  /** The handler's time budget; `ctx.signal` aborts after it and the transaction rolls back. @default 30000 */
+  handlerTimeoutMs?: number;
+  /** Renew broker leases while a message is held. Off only for tests of lease loss. @default true */
+  leaseRenewal?: boolean;
+  /** `leased` mode: how long a DB claim lives before another consumer may take over; renewed while held. @default 30000 */
+  leaseMs?: number;
+  /**
+   * Store outage: how long in-flight deliveries are held (lease renewed) waiting for the
+   * store before they are released to the broker. @default 60000
+   */
+  outageHoldMs?: number;
+  /** `stop()` waits this long for in-flight handlers before aborting their signals. @default 30000 */
+  stopTimeoutMs?: number;
+  logger?: Logger;
+}
+
+// ---------------------------------------------------------------------------------------
+// Events
+// ---------------------------------------------------------------------------------------
+
+/** Payload of every consumer event. */
+export interface ConsumerEvent {
+  consumer: string;
+  /** Absent when the message had no ID. */
+  messageId?: string;
+  /** Attempt number, where known. */
+  attempt?: number;
+  /** Handler duration (processed / failed). */
+  durationMs?: number;
+  /** Retry delay (retried). */
+  delayMs?: number;
+  /** Dead-letter reason (deadLettered). */
+  reason?: DeadLetterReason;
+  error?: unknown;
+}
+
+/** Event names a consumer emits. */
+export type ConsumerEventName =
+  | 'received'
+  | 'processed'
+  | 'duplicate'
+  | 'failed'
+  | 'retried'
+  | 'deadLettered'
+  | 'leaseRenewed'
+  | 'leaseLost'
+  | 'ackFailed'
+  | 'takeover'
+  | 'storeUnavailable'
+  | 'storeRecovered'
+  | 'released';

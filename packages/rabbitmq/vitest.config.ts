@@ -1,0 +1,3 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({ test: { name: 'rabbitmq', include: ['test/**/*.test.ts'] } });

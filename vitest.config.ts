@@ -1,0 +1,9 @@
+import { defineConfig } from 'vitest/config';
+
+// One root config; each package and test/ folder is a project. Tests import the built
+// packages (dist), so `npm test` builds first.
+export default defineConfig({
+  test: {
+    projects: ['packages/*/vitest.config.ts', 'test/*/vitest.config.ts', 'examples/*/vitest.config.ts'],
+  },
+});
