@@ -160,8 +160,11 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     this.wakeWaiters();
     await this.adapter.stop().catch((error) => this.log.warn('adapter stop failed', { error }));
     if (!(await this.drained(this.settings.stopTimeoutMs))) {
-      this.log.warn('stop deadline passed with handlers in flight: aborting their signals', { inFlight: this.inFlight });
-      for (const keeper of this.keepers) keeper.abort(new OncelyError('SHUTDOWN', 'consumer stop deadline passed'));
+      this.log.warn('stop deadline passed with handlers in flight: aborting their signals', {
+        inFlight: this.inFlight,
+      });
+      for (const keeper of this.keepers)
+        keeper.abort(new OncelyError('SHUTDOWN', 'consumer stop deadline passed'));
       await this.drained(this.settings.stopTimeoutMs);
     }
     await this.adapter.close().catch((error) => this.log.warn('adapter close failed', { error }));
@@ -258,7 +261,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       claimMs: this.settings.mode === 'leased' ? this.settings.leaseMs : undefined,
       renewClaim:
         this.settings.mode === 'leased'
-          ? async () => !ownerOfClaim || !key || this.store.renewLease(key, ownerOfClaim, this.settings.leaseMs)
+          ? async () =>
+              !ownerOfClaim || !key || this.store.renewLease(key, ownerOfClaim, this.settings.leaseMs)
           : undefined,
       onRenewed: () => this.emit('leaseRenewed', base),
       onLost: (error) => this.emit('leaseLost', { ...base, error }),
@@ -329,7 +333,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     const offset = delivery.envelope.offset;
     try {
       if (this.settings.mode === 'offsets' && !offset) {
-        throw new OncelyError('CONFIG_INVALID', `mode 'offsets' needs a broker with ordered offsets (Kafka), not '${this.adapter.type}'`);
+        throw new OncelyError(
+          'CONFIG_INVALID',
+          `mode 'offsets' needs a broker with ordered offsets (Kafka), not '${this.adapter.type}'`,
+        );
       }
       return await retryTransient(this.store, () =>
         this.store.transaction(async (tx): Promise<Outcome> => {
@@ -388,7 +395,9 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     } catch (error) {
       await this.store
         .releaseLease(key, claim.owner)
-        .catch((releaseError) => this.log.warn('could not release leased claim', { ...event, error: releaseError }));
+        .catch((releaseError) =>
+          this.log.warn('could not release leased claim', { ...event, error: releaseError }),
+        );
       if (this.store.classifyError(error) === 'unavailable') throw error;
       return { kind: 'failed', error };
     } finally {
@@ -409,16 +418,18 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   ): Promise<unknown> {
     const ctx = this.context(message, tx, attempt, keeper.signal);
     keeper.startHandlerClock();
+    let result: unknown;
     try {
-      return await this.settings.handler(message, ctx);
+      result = await this.settings.handler(message, ctx);
     } finally {
       keeper.stopHandlerClock();
-      // A timed-out or shut-down handler must not commit: it may have stopped half-way
-      // when it saw the signal. A lost lease alone does not stop a finished handler from
-      // committing — the unique key settles the race with whoever got the redelivery.
-      const reason = keeper.signal.reason;
-      if (keeper.signal.aborted && !(reason instanceof LeaseLostError)) throw reason;
     }
+    // A timed-out or shut-down handler must not commit: it may have stopped half-way when
+    // it saw the signal. A lost lease alone does not stop a finished handler from
+    // committing — the unique key settles the race with whoever got the redelivery.
+    const reason = keeper.signal.reason;
+    if (keeper.signal.aborted && !(reason instanceof LeaseLostError)) throw reason;
+    return result;
   }
 
   private context(message: Message<TBody>, tx: Tx | undefined, attempt: number, signal: AbortSignal) {
@@ -440,7 +451,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       enumerable: true,
       get: () => {
         if (tx === undefined) {
-          throw new OncelyError('CONSUMER_STATE', "ctx.tx is not available in 'leased' mode: the handler runs outside a transaction");
+          throw new OncelyError(
+            'CONSUMER_STATE',
+            "ctx.tx is not available in 'leased' mode: the handler runs outside a transaction",
+          );
         }
         return tx;
       },
@@ -552,24 +566,32 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     if (this.outage) return;
     this.emit('storeUnavailable', { ...event, error });
     this.log.error('store unavailable: pausing fetching until it answers', { error });
-    void this.adapter.pause?.().catch((pauseError) => this.log.warn('adapter pause failed', { error: pauseError }));
-    this.outage = this.probeUntilBack().then(() => {
+    void this.adapter
+      .pause?.()
+      .catch((pauseError) => this.log.warn('adapter pause failed', { error: pauseError }));
+    this.outage = this.probeUntilBack().then((recovered) => {
       this.outage = undefined;
-      this.emit('storeRecovered', { consumer: this.settings.name });
-      this.log.warn('store answers again: resuming');
-      void this.adapter.resume?.().catch((resumeError) => this.log.warn('adapter resume failed', { error: resumeError }));
+      if (recovered) {
+        this.emit('storeRecovered', { consumer: this.settings.name });
+        this.log.warn('store answers again: resuming');
+        void this.adapter
+          .resume?.()
+          .catch((resumeError) => this.log.warn('adapter resume failed', { error: resumeError }));
+      }
       this.wakeWaiters();
     });
   }
 
-  private async probeUntilBack(): Promise<void> {
+  /** Pings until the store answers (true) or the consumer stops (false). */
+  private async probeUntilBack(): Promise<boolean> {
     for (let delay = 100; ; delay = Math.min(OUTAGE_PROBE_MAX_MS, delay * 2)) {
       await sleep(delay);
+      if (this.state !== 'running') return false;
       try {
         await this.store.ping();
-        return;
+        return true;
       } catch {
-        if (this.state === 'stopped') return;
+        // still down
       }
     }
   }

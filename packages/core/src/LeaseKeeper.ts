@@ -47,7 +47,10 @@ export class LeaseKeeper {
     this.brokerExpiresAt =
       delivery.leaseExpiresAt ?? (brokerLease ? this.receivedAt + brokerLease.extendByMs : undefined);
     // Renew at half the shorter lease: one late or failed tick still leaves time for the next.
-    const periods = [brokerRenewable ? brokerLease.extendByMs : undefined, options.renewClaim ? claimMs : undefined];
+    const periods = [
+      brokerRenewable ? brokerLease.extendByMs : undefined,
+      options.renewClaim ? claimMs : undefined,
+    ];
     const shortest = Math.min(...periods.filter((p): p is number => p !== undefined));
     this.intervalMs = Number.isFinite(shortest) ? Math.max(20, Math.floor(shortest / 2)) : undefined;
   }
@@ -65,7 +68,8 @@ export class LeaseKeeper {
   startHandlerClock(): void {
     clearTimeout(this.handlerTimer);
     this.handlerTimer = setTimeout(
-      () => this.abort(new HandlerTimeoutError(`handler ran longer than ${this.options.handlerTimeoutMs} ms`)),
+      () =>
+        this.abort(new HandlerTimeoutError(`handler ran longer than ${this.options.handlerTimeoutMs} ms`)),
       this.options.handlerTimeoutMs,
     );
     this.handlerTimer.unref?.();
@@ -101,7 +105,9 @@ export class LeaseKeeper {
         const extendBy = this.cappedExtension(brokerLease);
         if (extendBy <= 0) {
           // The broker's total cap is reached: the lease will lapse, the message will come back.
-          this.lose(new LeaseLostError(`the broker's maximum lease of ${brokerLease.maxTotalMs} ms is reached`));
+          this.lose(
+            new LeaseLostError(`the broker's maximum lease of ${brokerLease.maxTotalMs} ms is reached`),
+          );
           return;
         }
         await delivery.extendLease(extendBy);

@@ -1,7 +1,12 @@
 import type { BackoffConfig } from './types.js';
 
 /** Defaults for {@link BackoffConfig}. */
-export const DEFAULT_BACKOFF: Required<BackoffConfig> = { initialMs: 1000, maxMs: 60_000, multiplier: 2, jitter: 0.2 };
+export const DEFAULT_BACKOFF: Required<BackoffConfig> = {
+  initialMs: 1000,
+  maxMs: 60_000,
+  multiplier: 2,
+  jitter: 0.2,
+};
 
 /**
  * Delay before retrying after failed attempt number `attempt` (1-based): exponential,
@@ -13,7 +18,11 @@ export const DEFAULT_BACKOFF: Required<BackoffConfig> = { initialMs: 1000, maxMs
  * retryDelayMs(3, { initialMs: 1000, maxMs: 60000 }); // 4000..4800
  * ```
  */
-export function retryDelayMs(attempt: number, config: Partial<BackoffConfig> = {}, random = Math.random): number {
+export function retryDelayMs(
+  attempt: number,
+  config: Partial<BackoffConfig> = {},
+  random = Math.random,
+): number {
   const { initialMs, maxMs, multiplier, jitter } = { ...DEFAULT_BACKOFF, ...config };
   const base = Math.min(maxMs, initialMs * multiplier ** Math.max(0, attempt - 1));
   return Math.min(maxMs, Math.round(base + base * jitter * random()));

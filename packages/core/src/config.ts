@@ -47,20 +47,32 @@ const KNOWN_FIELDS = new Set([
 export function validateConsumerConfig(config: ConsumerConfig<any, any>): void {
   if (typeof config !== 'object' || config === null) throw new ConfigError('config', 'must be an object');
   for (const field of Object.keys(config)) {
-    if (!KNOWN_FIELDS.has(field)) throw new ConfigError(field, `is not a consumer option (known: ${[...KNOWN_FIELDS].join(', ')})`);
+    if (!KNOWN_FIELDS.has(field))
+      throw new ConfigError(field, `is not a consumer option (known: ${[...KNOWN_FIELDS].join(', ')})`);
   }
   validateSerializable(config as unknown as Record<string, unknown>, (field) => field);
   const store = config.store as unknown as Record<string, unknown> | undefined;
-  if (typeof store !== 'object' || store === null || typeof store.transaction !== 'function' || typeof store.claim !== 'function') {
-    throw new ConfigError('store', 'must be an idempotency store such as new PostgresStore(...) or PostgresStore.embedded()');
+  if (
+    typeof store !== 'object' ||
+    store === null ||
+    typeof store.transaction !== 'function' ||
+    typeof store.claim !== 'function'
+  ) {
+    throw new ConfigError(
+      'store',
+      'must be an idempotency store such as new PostgresStore(...) or PostgresStore.embedded()',
+    );
   }
-  if (typeof config.handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, ctx) => ...');
+  if (typeof config.handler !== 'function')
+    throw new ConfigError('handler', 'must be an async function (message, ctx) => ...');
   const { idStrategy, bodyFormat, logger } = config;
   if (idStrategy !== undefined && typeof idStrategy !== 'function') checkIdStrategy(idStrategy, 'idStrategy');
-  if (bodyFormat !== undefined && typeof bodyFormat !== 'function') oneOf(bodyFormat, BODY_FORMATS, 'bodyFormat');
+  if (bodyFormat !== undefined && typeof bodyFormat !== 'function')
+    oneOf(bodyFormat, BODY_FORMATS, 'bodyFormat');
   if (logger !== undefined) {
     for (const level of ['debug', 'info', 'warn', 'error'] as const) {
-      if (typeof (logger as any)?.[level] !== 'function') throw new ConfigError(`logger.${level}`, 'must be a function');
+      if (typeof (logger as any)?.[level] !== 'function')
+        throw new ConfigError(`logger.${level}`, 'must be a function');
     }
   }
 }
@@ -69,7 +81,10 @@ export function validateConsumerConfig(config: ConsumerConfig<any, any>): void {
 function validateSerializable(config: Record<string, unknown>, label: (field: string) => string): void {
   const name = config.name;
   if (typeof name !== 'string' || name.trim() === '' || name.length > 200) {
-    throw new ConfigError(label('name'), `must be a non-empty string of at most 200 characters, got ${show(name)}`);
+    throw new ConfigError(
+      label('name'),
+      `must be a non-empty string of at most 200 characters, got ${show(name)}`,
+    );
   }
   validateBroker(config.broker, label);
   integer(config.concurrency, 1, 10_000, label('concurrency'));
@@ -84,17 +99,37 @@ function validateSerializable(config: Record<string, unknown>, label: (field: st
   }
   const backoff = config.backoff as Record<string, unknown> | undefined;
   if (backoff !== undefined) {
-    if (typeof backoff !== 'object' || backoff === null) throw new ConfigError(label('backoff'), 'must be an object');
+    if (typeof backoff !== 'object' || backoff === null)
+      throw new ConfigError(label('backoff'), 'must be an object');
     integer(backoff.initialMs, 0, 24 * 3600_000, label('backoff.initialMs'));
     integer(backoff.maxMs, 0, 24 * 3600_000, label('backoff.maxMs'));
-    if (typeof backoff.initialMs === 'number' && typeof backoff.maxMs === 'number' && backoff.maxMs < backoff.initialMs) {
-      throw new ConfigError(label('backoff.maxMs'), `must be >= backoff.initialMs (${backoff.initialMs}), got ${backoff.maxMs}`);
+    if (
+      typeof backoff.initialMs === 'number' &&
+      typeof backoff.maxMs === 'number' &&
+      backoff.maxMs < backoff.initialMs
+    ) {
+      throw new ConfigError(
+        label('backoff.maxMs'),
+        `must be >= backoff.initialMs (${backoff.initialMs}), got ${backoff.maxMs}`,
+      );
     }
-    if (backoff.multiplier !== undefined && !(typeof backoff.multiplier === 'number' && backoff.multiplier >= 1)) {
-      throw new ConfigError(label('backoff.multiplier'), `must be a number >= 1, got ${show(backoff.multiplier)}`);
+    if (
+      backoff.multiplier !== undefined &&
+      !(typeof backoff.multiplier === 'number' && backoff.multiplier >= 1)
+    ) {
+      throw new ConfigError(
+        label('backoff.multiplier'),
+        `must be a number >= 1, got ${show(backoff.multiplier)}`,
+      );
     }
-    if (backoff.jitter !== undefined && !(typeof backoff.jitter === 'number' && backoff.jitter >= 0 && backoff.jitter <= 1)) {
-      throw new ConfigError(label('backoff.jitter'), `must be a number from 0 to 1, got ${show(backoff.jitter)}`);
+    if (
+      backoff.jitter !== undefined &&
+      !(typeof backoff.jitter === 'number' && backoff.jitter >= 0 && backoff.jitter <= 1)
+    ) {
+      throw new ConfigError(
+        label('backoff.jitter'),
+        `must be a number from 0 to 1, got ${show(backoff.jitter)}`,
+      );
     }
   }
 }
@@ -105,7 +140,10 @@ function validateBroker(broker: unknown, label: (field: string) => string): asse
   }
   const type = (broker as Record<string, unknown>).type;
   if (typeof type !== 'string' || !(type in ADAPTER_PACKAGES)) {
-    throw new ConfigError(label('broker.type'), `must be one of ${Object.keys(ADAPTER_PACKAGES).join(', ')}; got ${show(type)}`);
+    throw new ConfigError(
+      label('broker.type'),
+      `must be one of ${Object.keys(ADAPTER_PACKAGES).join(', ')}; got ${show(type)}`,
+    );
   }
 }
 
@@ -116,7 +154,10 @@ function checkIdStrategy(strategy: unknown, field: string): void {
   }
   const attribute = (strategy as { attribute?: unknown } | null)?.attribute;
   if (typeof strategy !== 'object' || typeof attribute !== 'string' || attribute === '') {
-    throw new ConfigError(field, `must be { attribute: 'name' }, one of ${ID_STRATEGIES.join(', ')}, or a function`);
+    throw new ConfigError(
+      field,
+      `must be { attribute: 'name' }, one of ${ID_STRATEGIES.join(', ')}, or a function`,
+    );
   }
 }
 
@@ -134,7 +175,7 @@ function oneOf(value: unknown, allowed: readonly string[], field: string): void 
 }
 
 function show(value: unknown): string {
-  return value === undefined ? 'nothing' : JSON.stringify(value) ?? String(value);
+  return value === undefined ? 'nothing' : (JSON.stringify(value) ?? String(value));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -200,7 +241,11 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
     try {
       config = JSON.parse(text);
     } catch (error) {
-      throw new ConfigError('ONCELY_CONFIG_FILE', `is not valid JSON (${file}): ${(error as Error).message}`, { cause: error });
+      throw new ConfigError(
+        'ONCELY_CONFIG_FILE',
+        `is not valid JSON (${file}): ${(error as Error).message}`,
+        { cause: error },
+      );
     }
     if (typeof config !== 'object' || config === null || Array.isArray(config)) {
       throw new ConfigError('ONCELY_CONFIG_FILE', `must hold a JSON object (${file})`);
@@ -230,7 +275,8 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
     sources.set('broker.type', 'ONCELY_BROKER_TYPE');
   }
   for (const [variable, raw] of Object.entries(env)) {
-    if (!variable.startsWith('ONCELY_BROKER_') || variable === 'ONCELY_BROKER_TYPE' || raw === undefined) continue;
+    if (!variable.startsWith('ONCELY_BROKER_') || variable === 'ONCELY_BROKER_TYPE' || raw === undefined)
+      continue;
     const option = camelCase(variable.slice('ONCELY_BROKER_'.length));
     config.broker = { ...config.broker, [option]: parseLoose(raw) };
   }
@@ -248,7 +294,8 @@ function parseValue(raw: string, kind: 'string' | 'number' | 'boolean', variable
     throw new ConfigError(variable, `must be true or false, got ${JSON.stringify(raw)}`);
   }
   const value = Number(raw);
-  if (raw.trim() === '' || !Number.isFinite(value)) throw new ConfigError(variable, `must be a number, got ${JSON.stringify(raw)}`);
+  if (raw.trim() === '' || !Number.isFinite(value))
+    throw new ConfigError(variable, `must be a number, got ${JSON.stringify(raw)}`);
   return value;
 }
 

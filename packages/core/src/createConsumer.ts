@@ -1,8 +1,8 @@
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ADAPTER_PACKAGES, validateConsumerConfig } from './config.js';
 import { Consumer } from './Consumer.js';
+import { ADAPTER_PACKAGES, validateConsumerConfig } from './config.js';
 import { AdapterNotInstalledError, ConfigError } from './errors.js';
 import { stderrLogger } from './logger.js';
 import type { AdapterModule, BrokerType, ConsumerConfig, SqlClient } from './types.js';
@@ -43,7 +43,8 @@ export async function createConsumer<TBody = unknown, Tx = SqlClient>(
  */
 export async function loadAdapterModule(type: BrokerType): Promise<AdapterModule> {
   const packageName = ADAPTER_PACKAGES[type];
-  if (!packageName) throw new ConfigError('broker.type', `must be one of ${Object.keys(ADAPTER_PACKAGES).join(', ')}`);
+  if (!packageName)
+    throw new ConfigError('broker.type', `must be one of ${Object.keys(ADAPTER_PACKAGES).join(', ')}`);
   let module: Partial<AdapterModule>;
   try {
     const appRequire = createRequire(join(process.cwd(), 'package.json'));
@@ -61,7 +62,9 @@ export async function loadAdapterModule(type: BrokerType): Promise<AdapterModule
   }
   if (typeof module.createAdapter !== 'function') {
     throw new AdapterNotInstalledError(type, packageName, {
-      cause: new Error(`${packageName} does not export createAdapter(); is it an Oncely adapter of a matching version?`),
+      cause: new Error(
+        `${packageName} does not export createAdapter(); is it an Oncely adapter of a matching version?`,
+      ),
     });
   }
   return module as AdapterModule;

@@ -34,7 +34,9 @@ function pick(strategy: IdStrategy, envelope: Envelope): string | undefined {
 
 function contentHash(body: unknown): string {
   const bytes =
-    typeof body === 'string' || Buffer.isBuffer(body) || body instanceof Uint8Array ? body : JSON.stringify(body);
+    typeof body === 'string' || Buffer.isBuffer(body) || body instanceof Uint8Array
+      ? body
+      : JSON.stringify(body);
   return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 }
 

@@ -1,8 +1,8 @@
 export { DEFAULT_BACKOFF, retryDelayMs } from './backoff.js';
 export { decodeBody } from './body.js';
+export { Consumer } from './Consumer.js';
 export type { LoadConfigOptions, LoadedConfig } from './config.js';
 export { ADAPTER_PACKAGES, loadConfig, validateConsumerConfig } from './config.js';
-export { Consumer } from './Consumer.js';
 export { createConsumer, loadAdapterModule } from './createConsumer.js';
 export type { OncelyErrorCode } from './errors.js';
 export {

@@ -20,5 +20,7 @@ function write(level: string, message: string, fields?: Record<string, unknown>)
 }
 
 function serialize(value: unknown): unknown {
-  return value instanceof Error ? { name: value.name, message: value.message, code: (value as any).code } : value;
+  return value instanceof Error
+    ? { name: value.name, message: value.message, code: (value as any).code }
+    : value;
 }

@@ -1,0 +1,130 @@
+import { describe, expect, it } from 'vitest';
+import type { Delivery } from '../src/index.js';
+import { HandlerTimeoutError, LeaseKeeper, LeaseLostError } from '../src/index.js';
+
+/** A delivery whose lease is a timestamp we can inspect. */
+function leasedDelivery(extend: (ms: number) => Promise<void>): Delivery {
+  return {
+    envelope: { body: null, attributes: {}, source: 'q', raw: null },
+    ack: async () => {},
+    retryLater: async () => {},
+    deadLetter: async () => {},
+    release: async () => {},
+    extendLease: extend,
+  };
+}
+
+function keeper(delivery: Delivery, patch: Partial<ConstructorParameters<typeof LeaseKeeper>[0]> = {}) {
+  const events: string[] = [];
+  const k = new LeaseKeeper({
+    delivery,
+    brokerLease: { extendByMs: 100 },
+    renewBroker: true,
+    handlerTimeoutMs: 10_000,
+    onRenewed: () => events.push('renewed'),
+    onLost: (e) => events.push(`lost:${e.name}`),
+    onRenewError: () => events.push('renew-error'),
+    ...patch,
+  });
+  return { k, events };
+}
+
+const until = async (condition: () => boolean, ms = 2000) => {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+};
+
+describe('LeaseKeeper', () => {
+  it('renews before the lease runs out, by extendByMs each time', async () => {
+    const extensions: number[] = [];
+    const { k, events } = keeper(leasedDelivery(async (ms) => void extensions.push(ms)));
+    k.start();
+    await until(() => extensions.length >= 3);
+    k.stop();
+    expect(extensions.every((ms) => ms === 100)).toBe(true);
+    expect(events.filter((e) => e === 'renewed').length).toBeGreaterThanOrEqual(3);
+    expect(k.signal.aborted).toBe(false);
+  });
+
+  it('aborts the signal when the broker says the lease is lost', async () => {
+    const { k, events } = keeper(
+      leasedDelivery(async () => {
+        throw new LeaseLostError('gone');
+      }),
+    );
+    k.start();
+    await until(() => k.signal.aborted);
+    expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(events).toContain('lost:LeaseLostError');
+  });
+
+  it('never extends past the broker maximum measured from receipt', async () => {
+    const extensions: number[] = [];
+    const { k } = keeper(
+      leasedDelivery(async (ms) => void extensions.push(ms)),
+      {
+        brokerLease: { extendByMs: 100, maxTotalMs: 180 },
+      },
+    );
+    k.start();
+    await until(() => k.signal.aborted);
+    // Ticks at ~50 ms: 100 at 50, ≤100 at 100, ≤ 30 at 150 — the last one shrinks to the cap.
+    expect(extensions.at(-1)!).toBeLessThan(100);
+    expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+  });
+
+  it('keeps retrying transient renewal errors while the lease can still be alive, then gives up', async () => {
+    let calls = 0;
+    const { k, events } = keeper(
+      leasedDelivery(async () => {
+        calls++;
+        throw new Error('ECONNRESET');
+      }),
+    );
+    k.start();
+    await until(() => k.signal.aborted);
+    expect(calls).toBeGreaterThanOrEqual(1);
+    expect(events).toContain('renew-error');
+    expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+  });
+
+  it('aborts with HandlerTimeoutError when the handler clock runs out', async () => {
+    const { k } = keeper(
+      leasedDelivery(async () => {}),
+      { handlerTimeoutMs: 30 },
+    );
+    k.start();
+    k.startHandlerClock();
+    await until(() => k.signal.aborted);
+    k.stop();
+    expect(k.signal.reason).toBeInstanceOf(HandlerTimeoutError);
+  });
+
+  it('renews the leased-mode claim on the same timer and aborts when it was taken over', async () => {
+    let renewals = 0;
+    const { k } = keeper(
+      leasedDelivery(async () => {}),
+      {
+        claimMs: 60,
+        renewClaim: async () => ++renewals < 3,
+      },
+    );
+    k.start();
+    await until(() => k.signal.aborted);
+    expect(renewals).toBe(3);
+    expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+  });
+
+  it('does nothing once stopped', async () => {
+    let calls = 0;
+    const { k } = keeper(leasedDelivery(async () => void calls++));
+    k.start();
+    k.stop();
+    await new Promise((r) => setTimeout(r, 150));
+    expect(calls).toBe(0);
+    expect(k.signal.aborted).toBe(false);
+  });
+});

@@ -1,0 +1,144 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { ConsumerConfig, IdempotencyStore } from '../src/index.js';
+import {
+  ADAPTER_PACKAGES,
+  AdapterNotInstalledError,
+  ConfigError,
+  createConsumer,
+  isOncelyError,
+  loadConfig,
+  validateConsumerConfig,
+} from '../src/index.js';
+
+const store = { transaction: async () => {}, claim: async () => new Set() } as unknown as IdempotencyStore;
+const valid = (): ConsumerConfig => ({
+  name: 'payments',
+  broker: { type: 'memory' },
+  store,
+  handler: async () => {},
+});
+
+function fieldOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return (error as ConfigError).field;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('validateConsumerConfig', () => {
+  it('accepts a minimal config', () => {
+    expect(() => validateConsumerConfig(valid())).not.toThrow();
+  });
+
+  it.each([
+    [{ name: '' }, 'name'],
+    [{ concurrency: 0 }, 'concurrency'],
+    [{ concurrency: 2.5 }, 'concurrency'],
+    [{ maxAttempts: -1 }, 'maxAttempts'],
+    [{ mode: 'exactly-once' }, 'mode'],
+    [{ handlerTimeoutMs: '30s' }, 'handlerTimeoutMs'],
+    [{ backoff: { initialMs: 5000, maxMs: 10 } }, 'backoff.maxMs'],
+    [{ backoff: { jitter: 3 } }, 'backoff.jitter'],
+    [{ idStrategy: { attribute: '' } }, 'idStrategy'],
+    [{ idStrategy: 'magic' }, 'idStrategy'],
+    [{ bodyFormat: 'xml' }, 'bodyFormat'],
+    [{ handler: 'nope' }, 'handler'],
+    [{ store: {} }, 'store'],
+    [{ concurency: 3 }, 'concurency'],
+    [{ broker: undefined }, 'broker'],
+  ])('names the offending field for %j', (patch, field) => {
+    expect(fieldOf(() => validateConsumerConfig({ ...valid(), ...patch } as ConsumerConfig))).toBe(field);
+  });
+
+  it('names every valid broker type when the type is unknown', () => {
+    try {
+      validateConsumerConfig({ ...valid(), broker: { type: 'nats' } });
+      expect.unreachable();
+    } catch (error) {
+      expect((error as ConfigError).field).toBe('broker.type');
+      for (const type of Object.keys(ADAPTER_PACKAGES)) expect((error as Error).message).toContain(type);
+      expect((error as Error).message).toContain('got "nats"');
+    }
+  });
+});
+
+describe('loadConfig', () => {
+  it('builds a config from environment variables', () => {
+    const config = loadConfig({
+      env: {
+        ONCELY_NAME: 'orders',
+        ONCELY_CONCURRENCY: '8',
+        ONCELY_ID_ATTRIBUTE: 'x-id',
+        ONCELY_BROKER_TYPE: 'sqs',
+        ONCELY_BROKER_QUEUE_URL: 'http://localhost/q',
+        ONCELY_BROKER_WAIT_TIME_SECONDS: '5',
+        ONCELY_BACKOFF_INITIAL_MS: '200',
+      },
+    });
+    expect(config).toEqual({
+      name: 'orders',
+      concurrency: 8,
+      idStrategy: { attribute: 'x-id' },
+      broker: { type: 'sqs', queueUrl: 'http://localhost/q', waitTimeSeconds: 5 },
+      backoff: { initialMs: 200 },
+    });
+  });
+
+  it('lets the environment swap the broker of a file config', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'oncely-config-'));
+    const file = join(dir, 'oncely.json');
+    writeFileSync(
+      file,
+      JSON.stringify({ name: 'orders', broker: { type: 'sqs', queueUrl: 'http://q' }, maxAttempts: 3 }),
+    );
+    expect(loadConfig({ env: { ONCELY_CONFIG_FILE: file } }).broker).toEqual({
+      type: 'sqs',
+      queueUrl: 'http://q',
+    });
+    const swapped = loadConfig({
+      env: { ONCELY_CONFIG_FILE: file, ONCELY_BROKER_TYPE: 'rabbitmq', ONCELY_BROKER_QUEUE: 'orders' },
+    });
+    expect(swapped.broker).toEqual({ type: 'rabbitmq', queue: 'orders' });
+    expect(swapped.maxAttempts).toBe(3);
+  });
+
+  it('names the environment variable behind a bad value', () => {
+    expect(() =>
+      loadConfig({ env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'memory', ONCELY_CONCURRENCY: 'ten' } }),
+    ).toThrow(/ONCELY_CONCURRENCY must be a number, got "ten"/);
+    expect(() =>
+      loadConfig({ env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'memory', ONCELY_CONCURRENCY: '0' } }),
+    ).toThrow(/concurrency \(from ONCELY_CONCURRENCY\) must be an integer from 1/);
+    expect(() => loadConfig({ env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'kafak' } })).toThrow(
+      /broker\.type \(from ONCELY_BROKER_TYPE\) must be one of memory, sqs, servicebus, pubsub, rabbitmq, kafka; got "kafak"/,
+    );
+  });
+
+  it('rejects a file that is not JSON, and code-only fields in a file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'oncely-config-'));
+    const bad = join(dir, 'bad.json');
+    writeFileSync(bad, '{ name: ');
+    expect(() => loadConfig({ env: {}, file: bad })).toThrow(/ONCELY_CONFIG_FILE is not valid JSON/);
+    const withStore = join(dir, 'store.json');
+    writeFileSync(withStore, JSON.stringify({ name: 'x', broker: { type: 'memory' }, store: {} }));
+    expect(() => loadConfig({ env: {}, file: withStore })).toThrow(/store cannot come from a file/);
+  });
+});
+
+describe('createConsumer', () => {
+  it('names the package to install when the adapter is missing', async () => {
+    // @oncely/servicebus is not part of this repository yet, so it cannot be resolved.
+    const error = await createConsumer({ ...valid(), broker: { type: 'servicebus' } }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(AdapterNotInstalledError);
+    expect(isOncelyError(error, 'ADAPTER_NOT_INSTALLED')).toBe(true);
+    expect((error as Error).message).toContain('npm install @oncely/servicebus');
+  });
+});

@@ -1,0 +1,295 @@
+import type { ConsumerConfig, ConsumerEvent, ConsumerEventName, Handler, SqlClient } from '@oncely/core';
+import { Consumer, HandlerTimeoutError, LeaseLostError } from '@oncely/core';
+import { PostgresStore } from '@oncely/postgres';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ScriptedAdapter } from './ScriptedAdapter.js';
+
+// The core pipeline on the embedded store (PGlite), driven by a scripted adapter so each
+// decision (ack, retry, dead-letter, release) can be checked in isolation.
+
+let store: PostgresStore;
+let table = 0;
+
+beforeAll(async () => {
+  store = await PostgresStore.embedded();
+  await store.migrate();
+});
+afterAll(async () => {
+  await store.close();
+});
+
+let effects: string;
+beforeEach(async () => {
+  effects = `effects_${++table}`;
+  await store.transaction((tx) => tx.query(`CREATE TABLE ${effects} (message_id text NOT NULL, note text)`));
+});
+
+async function effectCount(id?: string): Promise<number> {
+  const { rows } = await store.transaction((tx) =>
+    id === undefined
+      ? tx.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${effects}`)
+      : tx.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${effects} WHERE message_id = $1`, [id]),
+  );
+  return rows[0]!.n;
+}
+
+const writeEffect: Handler<unknown, SqlClient> = async (message, ctx) => {
+  await ctx.tx.query(`INSERT INTO ${effects}(message_id) VALUES ($1)`, [message.id]);
+};
+
+async function startConsumer(
+  patch: Partial<ConsumerConfig> = {},
+  adapter = new ScriptedAdapter(),
+): Promise<{
+  consumer: Consumer;
+  adapter: ScriptedAdapter;
+  events: Array<[ConsumerEventName, ConsumerEvent]>;
+}> {
+  const consumer = new Consumer(
+    {
+      name: `pipeline-${table}`,
+      broker: { type: 'memory' },
+      store,
+      handler: writeEffect,
+      backoff: { initialMs: 100, maxMs: 1000 },
+      ...patch,
+    },
+    adapter,
+  );
+  const events: Array<[ConsumerEventName, ConsumerEvent]> = [];
+  for (const name of [
+    'processed',
+    'duplicate',
+    'failed',
+    'retried',
+    'deadLettered',
+    'leaseLost',
+    'takeover',
+  ] as const) {
+    consumer.on(name, (event) => events.push([name, event]));
+  }
+  await consumer.start();
+  return { consumer, adapter, events };
+}
+
+describe('pipeline (transactional)', () => {
+  it('applies a message once and acks its duplicate without running the handler', async () => {
+    let calls = 0;
+    const { adapter, events, consumer } = await startConsumer({
+      handler: async (m, ctx) => {
+        calls++;
+        await writeEffect(m, ctx);
+      },
+    });
+    expect(await adapter.deliver({ id: 'a' })).toEqual({ kind: 'ack' });
+    expect(await adapter.deliver({ id: 'a' })).toEqual({ kind: 'ack' });
+    expect(calls).toBe(1);
+    expect(await effectCount('a')).toBe(1);
+    expect(events.map(([name]) => name)).toEqual(['processed', 'duplicate']);
+    await consumer.stop();
+  });
+
+  it('dead-letters a message without an ID and never runs the handler', async () => {
+    let calls = 0;
+    const { adapter, consumer } = await startConsumer({ handler: async () => void calls++ });
+    const settlement = await adapter.deliver({});
+    expect(settlement).toMatchObject({ kind: 'dead-letter', reason: 'missing-id' });
+    expect((settlement as { detail: string }).detail).toContain("attribute 'message-id'");
+    expect(calls).toBe(0);
+    await consumer.stop();
+  });
+
+  it('dead-letters a body that does not parse', async () => {
+    const { adapter, consumer } = await startConsumer();
+    expect(await adapter.deliver({ id: 'bad', body: '{not json' })).toMatchObject({
+      kind: 'dead-letter',
+      reason: 'invalid-body',
+    });
+    expect(await effectCount()).toBe(0);
+    await consumer.stop();
+  });
+
+  it('rolls back a failed attempt, retries after the backoff, and counts attempts without a broker count', async () => {
+    const attempts: number[] = [];
+    const { adapter, consumer } = await startConsumer({
+      handler: async (m, ctx) => {
+        attempts.push(ctx.attempt);
+        await writeEffect(m, ctx);
+        if (ctx.attempt === 1) throw new Error('first attempt fails after writing');
+      },
+    });
+    const first = await adapter.deliver({ id: 'r' });
+    expect(first.kind).toBe('retry');
+    expect((first as { delayMs: number }).delayMs).toBeGreaterThanOrEqual(100);
+    expect(await effectCount('r')).toBe(0);
+    expect(await adapter.deliver({ id: 'r' })).toEqual({ kind: 'ack' });
+    expect(attempts).toEqual([1, 2]);
+    expect(await effectCount('r')).toBe(1);
+    await consumer.stop();
+  });
+
+  it('dead-letters after maxAttempts failures with the last error', async () => {
+    const { adapter, consumer } = await startConsumer({
+      maxAttempts: 2,
+      handler: async () => {
+        throw new Error('always broken');
+      },
+    });
+    expect((await adapter.deliver({ id: 'p', deliveryCount: 1 })).kind).toBe('retry');
+    const last = await adapter.deliver({ id: 'p', deliveryCount: 2 });
+    expect(last).toMatchObject({ kind: 'dead-letter', reason: 'max-attempts' });
+    expect((last as { detail: string }).detail).toContain('always broken');
+    await consumer.stop();
+  });
+
+  it('dead-letters a delivery past maxAttempts (earlier attempts crashed) but still acks a duplicate', async () => {
+    let calls = 0;
+    const { adapter, consumer } = await startConsumer({ maxAttempts: 3, handler: async () => void calls++ });
+    expect(await adapter.deliver({ id: 'crashy', deliveryCount: 4 })).toMatchObject({
+      kind: 'dead-letter',
+      reason: 'max-attempts',
+    });
+    expect(calls).toBe(0);
+    expect(await adapter.deliver({ id: 'done', deliveryCount: 1 })).toEqual({ kind: 'ack' });
+    expect(await adapter.deliver({ id: 'done', deliveryCount: 9 })).toEqual({ kind: 'ack' });
+    expect(calls).toBe(1);
+    await consumer.stop();
+  });
+
+  it('aborts ctx.signal at the handler timeout and rolls the work back', async () => {
+    let reason: unknown;
+    const { adapter, consumer } = await startConsumer({
+      handlerTimeoutMs: 50,
+      handler: async (m, ctx) => {
+        await writeEffect(m, ctx);
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+        reason = ctx.signal.reason;
+      },
+    });
+    expect((await adapter.deliver({ id: 'slow' })).kind).toBe('retry');
+    expect(reason).toBeInstanceOf(HandlerTimeoutError);
+    expect(await effectCount('slow')).toBe(0);
+    await consumer.stop();
+  });
+
+  it('renews the lease while the handler runs and aborts ctx.signal when it is lost', async () => {
+    let reason: unknown;
+    const adapter = new ScriptedAdapter({ leaseMs: 60 });
+    const { events, consumer } = await startConsumer(
+      {
+        handler: async (m, ctx) => {
+          await new Promise((resolve) => setTimeout(resolve, 150));
+          adapter.leaseLost = true;
+          await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+          reason = ctx.signal.reason;
+          // Finishing anyway is safe: the unique key settles any race with the redelivery.
+          await writeEffect(m, ctx);
+        },
+      },
+      adapter,
+    );
+    expect(await adapter.deliver({ id: 'lease' })).toEqual({ kind: 'ack' });
+    expect(adapter.extensions).toBeGreaterThanOrEqual(2);
+    expect(reason).toBeInstanceOf(LeaseLostError);
+    expect(events.some(([name]) => name === 'leaseLost')).toBe(true);
+    expect(await effectCount('lease')).toBe(1);
+    await consumer.stop();
+  });
+
+  it('stop() waits for in-flight work, and releases what is dispatched afterwards', async () => {
+    let finish!: () => void;
+    let started!: () => void;
+    const handlerStarted = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    const { adapter, consumer } = await startConsumer({
+      handler: async (m, ctx) => {
+        started();
+        await new Promise<void>((resolve) => {
+          finish = resolve;
+        });
+        await writeEffect(m, ctx);
+      },
+    });
+    const inFlight = adapter.deliver({ id: 'busy' });
+    await handlerStarted;
+    let stopped = false;
+    const stopping = consumer.stop().then(() => {
+      stopped = true;
+    });
+    expect(await adapter.deliver({ id: 'late' })).toEqual({ kind: 'release' });
+    expect(stopped).toBe(false);
+    finish();
+    expect(await inFlight).toEqual({ kind: 'ack' });
+    await stopping;
+    expect(await effectCount('busy')).toBe(1);
+    expect(await effectCount('late')).toBe(0);
+  });
+});
+
+describe('pipeline (leased mode)', () => {
+  it('runs outside a transaction, completes once, backs off while another holds the claim', async () => {
+    let release!: () => void;
+    let calls = 0;
+    let txError: unknown;
+    const { adapter, events, consumer } = await startConsumer({
+      mode: 'leased',
+      leaseMs: 5000,
+      concurrency: 2,
+      handler: async (_m, ctx) => {
+        calls++;
+        try {
+          void ctx.tx;
+        } catch (error) {
+          txError = error;
+        }
+        await new Promise<void>((resolve) => {
+          release = resolve;
+        });
+        return { charged: 40 };
+      },
+    });
+    const first = adapter.deliver({ id: 'long' });
+    await expect.poll(() => calls).toBe(1);
+    const busy = await adapter.deliver({ id: 'long' });
+    expect(busy.kind).toBe('retry');
+    expect((busy as { delayMs: number }).delayMs).toBeGreaterThan(1000);
+    release();
+    expect(await first).toEqual({ kind: 'ack' });
+    expect(await adapter.deliver({ id: 'long' })).toEqual({ kind: 'ack' });
+    expect(calls).toBe(1);
+    expect(String(txError)).toContain("not available in 'leased' mode");
+    expect(events.map(([name]) => name)).toEqual(['processed', 'duplicate']);
+    await consumer.stop();
+  });
+
+  it('takes over an expired claim', async () => {
+    const key = { consumer: `pipeline-${table}`, messageId: 'orphan' };
+    const stale = await store.acquireLease(key, 100);
+    expect(stale.status).toBe('acquired');
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const { adapter, events, consumer } = await startConsumer({ mode: 'leased', handler: async () => 'ok' });
+    expect(await adapter.deliver({ id: 'orphan' })).toEqual({ kind: 'ack' });
+    expect(events.map(([name]) => name)).toEqual(['takeover', 'processed']);
+    if (stale.status === 'acquired') expect(await store.completeLease(key, stale.owner, 'late')).toBe(false);
+    await consumer.stop();
+  });
+});
+
+describe('pipeline (offsets mode)', () => {
+  it('applies each offset once and skips records below the stored next offset', async () => {
+    const { adapter, events, consumer } = await startConsumer({ mode: 'offsets', idStrategy: 'broker' });
+    const record = (offset: number) => ({
+      brokerMessageId: `t/0/${offset}`,
+      offset: { topic: 't', partition: 0, offset: String(offset) },
+    });
+    expect(await adapter.deliver(record(5))).toEqual({ kind: 'ack' });
+    expect(await adapter.deliver(record(5))).toEqual({ kind: 'ack' });
+    expect(await adapter.deliver(record(3))).toEqual({ kind: 'ack' });
+    expect(await adapter.deliver(record(6))).toEqual({ kind: 'ack' });
+    expect(events.map(([name]) => name)).toEqual(['processed', 'duplicate', 'duplicate', 'processed']);
+    expect(await effectCount()).toBe(2);
+    expect((await store.offsets.read(`pipeline-${table}`, 't')).get(0)).toBe('7');
+    await consumer.stop();
+  });
+});
