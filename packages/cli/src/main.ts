@@ -1,0 +1,264 @@
+import { parseArgs } from 'node:util';
+import type { BrokerType, DiagnoseFinding } from '@oncely/core';
+import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
+import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
+import { parseDuration } from './duration.js';
+
+/** Where the CLI writes, and the environment it reads (injectable for tests). */
+export interface CliIo {
+  out: { write(text: string): unknown };
+  err: { write(text: string): unknown };
+  env: Record<string, string | undefined>;
+}
+
+const USAGE = `usage: oncely <command> [options]
+
+commands:
+  migrate                         apply pending schema migrations
+  prune --older-than 14d          delete completed markers older than that (in batches)
+        [--batch-size 1000] [--consumer NAME]
+  stats [--consumer NAME]         markers per consumer and status, attempt counters
+  inspect CONSUMER MESSAGE_ID     the marker and attempt counter of one message
+  doctor [--config FILE]          check the store and the broker (the adapter's diagnose())
+
+common options:
+  --database-url URL              default: $DATABASE_URL
+  --schema NAME                   default: $ONCELY_SCHEMA or 'oncely'
+`;
+
+/** Exit codes: 0 ok, 1 a check or command failed, 2 bad usage. */
+export async function main(argv: string[], io: CliIo): Promise<number> {
+  const [command, ...rest] = argv;
+  if (!command || command === '--help' || command === '-h' || command === 'help') {
+    io.out.write(USAGE);
+    return command ? 0 : 2;
+  }
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(rest);
+  } catch (error) {
+    io.err.write(`oncely ${command}: ${(error as Error).message}\n\n${USAGE}`);
+    return 2;
+  }
+  const { values, positionals } = parsed;
+  const connectionString = values['database-url'] ?? io.env.DATABASE_URL;
+  const schema = values.schema ?? io.env.ONCELY_SCHEMA ?? 'oncely';
+  const needsStore = ['migrate', 'prune', 'stats', 'inspect', 'doctor'].includes(command);
+  if (!needsStore) {
+    io.err.write(`oncely: unknown command '${command}'\n\n${USAGE}`);
+    return 2;
+  }
+  if (!connectionString) {
+    io.err.write(`oncely ${command}: no database: pass --database-url or set DATABASE_URL\n`);
+    return 2;
+  }
+  let store: PostgresStore;
+  try {
+    store = new PostgresStore({ connectionString, schema });
+  } catch (error) {
+    io.err.write(`oncely ${command}: ${describe(error)}\n`);
+    return 2;
+  }
+  try {
+    switch (command) {
+      case 'migrate':
+        return await migrate(store, io);
+      case 'prune':
+        return await prune(store, values, io);
+      case 'stats':
+        return await stats(store, schema, values.consumer, io);
+      case 'inspect':
+        return await inspect(store, schema, positionals, io);
+      default:
+        return await doctor(store, schema, values.config, io);
+    }
+  } catch (error) {
+    io.err.write(`oncely ${command}: ${describe(error)}\n`);
+    return isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
+  } finally {
+    await store.close();
+  }
+}
+
+function parse(args: string[]) {
+  return parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      'database-url': { type: 'string' },
+      schema: { type: 'string' },
+      'older-than': { type: 'string' },
+      'batch-size': { type: 'string' },
+      consumer: { type: 'string' },
+      config: { type: 'string' },
+    },
+  });
+}
+
+async function migrate(store: PostgresStore, io: CliIo): Promise<number> {
+  const { applied, version } = await store.migrate();
+  io.out.write(
+    applied.length
+      ? `applied ${applied.join(', ')}; schema version ${version}\n`
+      : `up to date (version ${version})\n`,
+  );
+  return 0;
+}
+
+async function prune(
+  store: PostgresStore,
+  values: Record<string, string | undefined>,
+  io: CliIo,
+): Promise<number> {
+  if (!values['older-than']) {
+    io.err.write('oncely prune: --older-than is required (e.g. --older-than 14d)\n');
+    return 2;
+  }
+  const olderThan = parseDuration(values['older-than']);
+  const batchSize = values['batch-size'] === undefined ? undefined : Number(values['batch-size']);
+  const deleted = await store.prune({ olderThan, batchSize, consumer: values.consumer });
+  io.out.write(`deleted ${deleted} markers processed more than ${values['older-than']} ago\n`);
+  return 0;
+}
+
+async function stats(
+  store: PostgresStore,
+  schema: string,
+  consumer: string | undefined,
+  io: CliIo,
+): Promise<number> {
+  const s = quoteIdentifier(schema, 'schema');
+  const where = consumer === undefined ? '' : 'WHERE consumer = $1';
+  const params = consumer === undefined ? [] : [consumer];
+  const { markers, attempts } = await store.transaction(async (tx) => ({
+    markers: (
+      await tx.query<{ consumer: string; status: string; n: number; oldest: Date; newest: Date }>(
+        `SELECT consumer, status, count(*)::int AS n, min(processed_at) AS oldest, max(processed_at) AS newest
+           FROM ${s}.processed_messages ${where} GROUP BY consumer, status ORDER BY consumer, status`,
+        params,
+      )
+    ).rows,
+    attempts: (
+      await tx.query<{ consumer: string; n: number; retried: number }>(
+        `SELECT consumer, count(*)::int AS n, count(*) FILTER (WHERE attempts > 1)::int AS retried
+           FROM ${s}.attempts ${where} GROUP BY consumer ORDER BY consumer`,
+        params,
+      )
+    ).rows,
+  }));
+  io.out.write(
+    table(
+      ['consumer', 'status', 'markers', 'oldest', 'newest'],
+      markers.map((r) => [r.consumer, r.status, r.n, iso(r.oldest), iso(r.newest)]),
+    ),
+  );
+  io.out.write(
+    table(
+      ['consumer', 'attempt counters', 'retried'],
+      attempts.map((r) => [r.consumer, r.n, r.retried]),
+    ),
+  );
+  return 0;
+}
+
+async function inspect(
+  store: PostgresStore,
+  schema: string,
+  positionals: string[],
+  io: CliIo,
+): Promise<number> {
+  const [consumer, messageId] = positionals;
+  if (!consumer || !messageId) {
+    io.err.write('oncely inspect: needs CONSUMER and MESSAGE_ID\n');
+    return 2;
+  }
+  const s = quoteIdentifier(schema, 'schema');
+  const { marker, attempts } = await store.transaction(async (tx) => ({
+    marker: (
+      await tx.query(
+        `SELECT status, processed_at, locked_until, owner, result FROM ${s}.processed_messages WHERE consumer = $1 AND message_id = $2`,
+        [consumer, messageId],
+      )
+    ).rows[0],
+    attempts: (
+      await tx.query<{ attempts: number }>(
+        `SELECT attempts FROM ${s}.attempts WHERE consumer = $1 AND message_id = $2`,
+        [consumer, messageId],
+      )
+    ).rows[0]?.attempts,
+  }));
+  io.out.write(
+    `${JSON.stringify({ consumer, messageId, marker: marker ?? null, attempts: attempts ?? null }, null, 2)}\n`,
+  );
+  return marker ? 0 : 1;
+}
+
+async function doctor(
+  store: PostgresStore,
+  schema: string,
+  configFile: string | undefined,
+  io: CliIo,
+): Promise<number> {
+  const findings: DiagnoseFinding[] = [];
+  try {
+    await store.ping();
+    findings.push({ level: 'ok', message: 'store: database answers' });
+    const { rows } = await store.transaction((tx) =>
+      tx.query<{ version: number | null }>(
+        `SELECT (SELECT max(version) FROM ${quoteIdentifier(schema, 'schema')}.migrations) AS version
+          WHERE to_regclass($1) IS NOT NULL`,
+        [`${quoteIdentifier(schema, 'schema')}.migrations`],
+      ),
+    );
+    const version = rows[0]?.version ?? null;
+    if (version === null)
+      findings.push({
+        level: 'error',
+        message: `store: schema '${schema}' is not migrated: run oncely migrate`,
+      });
+    else if (version < LATEST_VERSION)
+      findings.push({
+        level: 'warn',
+        message: `store: schema version ${version}, this release has ${LATEST_VERSION}: run oncely migrate`,
+      });
+    else findings.push({ level: 'ok', message: `store: schema version ${version}` });
+  } catch (error) {
+    findings.push({ level: 'error', message: `store: ${describe(error)}` });
+  }
+  if (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE) {
+    const config = loadConfig({ env: io.env, file: configFile });
+    const module = await loadAdapterModule(config.broker.type as BrokerType);
+    if (module.diagnose) {
+      const report = await module.diagnose({ ...config, store, handler: async () => {} });
+      findings.push(...report.findings.map((f) => ({ ...f, message: `${report.broker}: ${f.message}` })));
+    } else {
+      findings.push({ level: 'warn', message: `${config.broker.type}: the adapter has no diagnose()` });
+    }
+  } else {
+    findings.push({
+      level: 'warn',
+      message: 'broker: not checked (pass --config FILE or set ONCELY_BROKER_TYPE)',
+    });
+  }
+  for (const finding of findings) io.out.write(`${finding.level.padEnd(5)} ${finding.message}\n`);
+  return findings.some((f) => f.level === 'error') ? 1 : 0;
+}
+
+function table(headers: string[], rows: Array<Array<string | number>>): string {
+  const cells = [headers, ...rows.map((r) => r.map(String))];
+  const widths = headers.map((_, i) => Math.max(...cells.map((r) => r[i]!.length)));
+  const line = (r: string[]) =>
+    r
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
+  return `${[line(headers), ...cells.slice(1).map(line)].join('\n')}\n${rows.length ? '' : '(none)\n'}\n`;
+}
+
+function iso(value: Date | string | null): string {
+  return value === null ? '' : new Date(value).toISOString();
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
