@@ -1,3 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
-export default defineConfig({ test: { name: 'postgres', include: ['test/**/*.test.ts'] } });
+// PGlite starts in ~2-3 s on a busy 2-core machine, and the real-server tests kill child
+// processes: generous per-test limits, while each test still waits on conditions with
+// its own deadlines.
+export default defineConfig({
+  test: { name: 'postgres', include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+});

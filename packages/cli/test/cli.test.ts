@@ -27,7 +27,9 @@ afterAll(async () => {
 
 describe('oncely CLI on the real PostgreSQL', () => {
   beforeAll(async () => {
-    expect((await run('doctor', '--schema', schema)).code).toBe(1);
+    const doctor = await run('doctor', '--schema', schema);
+    expect(doctor.code).toBe(1);
+    expect(doctor.out).toMatch(/^error store: .*run oncely migrate/m);
   });
 
   it('migrates once, then reports up to date', async () => {
@@ -37,7 +39,7 @@ describe('oncely CLI on the real PostgreSQL', () => {
     expect((await run('migrate', '--schema', schema)).out).toMatch(/^up to date \(version 1\)/);
     const doctor = await run('doctor', '--schema', schema);
     expect(doctor.code).toBe(0);
-    expect(doctor.out).toContain('ok    store: schema version 1');
+    expect(doctor.out).toContain(`ok    store: database answers, schema '${schema}' at version 1`);
   });
 
   it('shows stats and one message, and prunes old markers', async () => {

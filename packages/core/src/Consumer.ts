@@ -125,12 +125,18 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     return this;
   }
 
-  /** Starts fetching. Rejects if the adapter cannot connect or finds the broker misconfigured. */
+  /**
+   * Starts fetching. Rejects when the store does not answer (or its schema is not
+   * migrated), or the adapter cannot connect or finds the broker misconfigured.
+   */
   async start(): Promise<void> {
     if (this.state !== 'created') throw new ConsumerStateError(`start() called on a ${this.state} consumer`);
     this.state = 'running';
     await this.metrics.init();
     try {
+      // Fail fast on a store that cannot work (unreachable, schema not migrated) rather
+      // than start fetching messages that could only be held and released.
+      await this.store.ping();
       await this.adapter.start(this.runtime());
     } catch (error) {
       this.state = 'stopped';

@@ -6,8 +6,12 @@
  */
 const ONCELY_ERROR = Symbol.for('oncely.error');
 
-/** Stable machine-readable error codes. Never match on message text. */
+/**
+ * Stable machine-readable error codes. Never match on message text. Adapter and store
+ * packages add codes of their own (any upper-case string).
+ */
 export type OncelyErrorCode =
+  | (string & {})
   | 'CONFIG_INVALID'
   | 'ADAPTER_NOT_INSTALLED'
   | 'STORE_UNAVAILABLE'

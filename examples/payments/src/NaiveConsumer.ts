@@ -1,0 +1,72 @@
+import type { MemoryBroker, MemoryDelivery } from '@oncely/memory';
+import type { FakePaymentProvider } from './FakePaymentProvider.js';
+import type { Order } from './orders.js';
+
+/**
+ * The consumer most code bases start with: receive, charge, ack. No record of what was
+ * processed and no idempotency key, so every redelivery (a lost ack, a duplicate
+ * delivery) and every producer retry charges the card again.
+ *
+ * @example
+ * ```ts
+ * const naive = new NaiveConsumer(broker, 'payments.naive', provider, 8);
+ * naive.start();
+ * await naive.stop();
+ * ```
+ */
+export class NaiveConsumer {
+  /** Deliveries received, redeliveries included. */
+  deliveries = 0;
+  private readonly stopping = new AbortController();
+  private loop: Promise<void> | undefined;
+
+  constructor(
+    private readonly broker: MemoryBroker,
+    private readonly queue: string,
+    private readonly provider: FakePaymentProvider,
+    private readonly concurrency: number,
+  ) {}
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    await this.loop;
+  }
+
+  private async run(): Promise<void> {
+    const inFlight = new Set<Promise<void>>();
+    while (!this.stopping.signal.aborted) {
+      while (inFlight.size >= this.concurrency) await Promise.race(inFlight);
+      let batch: MemoryDelivery[];
+      try {
+        batch = await this.broker.receive(this.queue, {
+          max: this.concurrency - inFlight.size,
+          waitMs: 5000,
+          signal: this.stopping.signal,
+        });
+      } catch {
+        break; // The broker was closed under us.
+      }
+      for (const delivery of batch) {
+        this.deliveries++;
+        const work: Promise<void> = this.handle(delivery).finally(() => inFlight.delete(work));
+        inFlight.add(work);
+      }
+    }
+    await Promise.allSettled(inFlight);
+  }
+
+  private async handle(delivery: MemoryDelivery): Promise<void> {
+    const order = delivery.body as Order;
+    try {
+      await this.provider.charge({ orderId: order.orderId, amountCents: order.amountCents });
+      await this.broker.ack(delivery.receipt);
+    } catch {
+      // Give it back for another try; a stale receipt means it is already back.
+      await this.broker.nack(delivery.receipt).catch(() => {});
+    }
+  }
+}

@@ -1,0 +1,156 @@
+import {
+  type Consumer,
+  createConsumer,
+  type IdempotencyStore,
+  type SqlClient,
+  silentLogger,
+} from '@oncely/core';
+import { createMemoryConsumer, MemoryBroker, randomFaults } from '@oncely/memory';
+import { PostgresStore } from '@oncely/postgres';
+import { afterEach, describe, expect, it } from 'vitest';
+
+/** Everything a test opened, closed in reverse order whatever the outcome. */
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function embeddedStore(): Promise<IdempotencyStore<SqlClient>> {
+  const store = PostgresStore.embedded();
+  cleanups.push(() => store.close());
+  await store.migrate();
+  // No unique key on message_id: only the processed marker may stop a second row.
+  await store.transaction((tx) =>
+    tx.query('CREATE TABLE effects (n serial PRIMARY KEY, message_id text NOT NULL)'),
+  );
+  return store;
+}
+
+function newBroker(): MemoryBroker {
+  const broker = new MemoryBroker();
+  cleanups.push(() => broker.close());
+  return broker;
+}
+
+function track<TBody>(consumer: Consumer<TBody>) {
+  const counts = { received: 0, processed: 0, duplicate: 0, failed: 0, deadLettered: 0, ackFailed: 0 };
+  for (const name of Object.keys(counts) as Array<keyof typeof counts>)
+    consumer.on(name, () => counts[name]++);
+  cleanups.push(() => consumer.stop());
+  return counts;
+}
+
+async function effectsPerId(store: IdempotencyStore<SqlClient>): Promise<Map<string, number>> {
+  const { rows } = await store.transaction((tx) =>
+    tx.query<{ message_id: string; n: number }>(
+      'SELECT message_id, count(*)::int AS n FROM effects GROUP BY message_id',
+    ),
+  );
+  return new Map(rows.map((row) => [row.message_id, row.n]));
+}
+
+describe('createConsumer on the memory broker with the embedded store', () => {
+  it('applies each message once despite producer duplicates, lost acks and duplicate deliveries', async () => {
+    const broker = newBroker();
+    const store = await embeddedStore();
+    const injected = { dropAck: 0, duplicateDelivery: 0 };
+    const random = randomFaults({ seed: 3, dropAck: 0.3, duplicateDelivery: 0.2, maxDeliveryCount: 3 });
+    broker.faults = {
+      dropAck: (id, target) => random.dropAck!(id, target) && ++injected.dropAck > 0,
+      duplicateDelivery: (id, target) =>
+        random.duplicateDelivery!(id, target) && ++injected.duplicateDelivery > 0,
+    };
+    const consumer = await createConsumer({
+      name: 'e2e-once',
+      broker: { type: 'memory', broker, queue: 'orders', visibilityTimeoutMs: 200 },
+      store,
+      concurrency: 4,
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        await ctx.tx.query('INSERT INTO effects (message_id) VALUES ($1)', [message.id]);
+      },
+    });
+    const counts = track(consumer);
+    await consumer.start();
+
+    const ids = Array.from({ length: 60 }, (_, i) => `order-${i}`);
+    for (const id of ids) {
+      const copies = Number(id.slice(6)) % 4 === 0 ? 3 : 1;
+      for (let c = 0; c < copies; c++) await broker.send('orders', { id, body: { id } });
+    }
+    expect(await broker.waitForIdle('orders', { timeoutMs: 30_000 })).toBe(true);
+
+    const effects = await effectsPerId(store);
+    expect(effects.size).toBe(60);
+    expect([...effects.values()].every((n) => n === 1)).toBe(true);
+    expect(injected.dropAck).toBeGreaterThan(0);
+    expect(injected.duplicateDelivery).toBeGreaterThan(0);
+    expect(counts.processed).toBe(60);
+    // 15 producer duplicates plus every redelivery: all recognised, none re-applied.
+    expect(counts.duplicate).toBe(counts.received - 60);
+    expect(counts.duplicate).toBeGreaterThanOrEqual(30 + injected.dropAck);
+    expect(broker.deadLetters('orders')).toEqual([]);
+  });
+
+  it('retries a failed handler after the backoff, and dead-letters exhausted and ID-less messages', async () => {
+    const broker = newBroker();
+    const store = await embeddedStore();
+    const attempts = new Map<string, number[]>();
+    const consumer = createMemoryConsumer<{ kind: string }>({
+      name: 'e2e-retry',
+      broker: { broker, queue: 'work', visibilityTimeoutMs: 2000 },
+      store,
+      maxAttempts: 2,
+      backoff: { initialMs: 150, maxMs: 150 },
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        attempts.set(message.id, [...(attempts.get(message.id) ?? []), Date.now()]);
+        await ctx.tx.query('INSERT INTO effects (message_id) VALUES ($1)', [message.id]);
+        if (message.body.kind === 'broken' || (message.body.kind === 'flaky' && ctx.attempt === 1)) {
+          throw new Error(`${message.body.kind} handler fails`);
+        }
+      },
+    });
+    const counts = track(consumer);
+    await consumer.start();
+    await broker.send('work', { id: 'flaky', body: { kind: 'flaky' } });
+    await broker.send('work', { id: 'broken', body: { kind: 'broken' } });
+    await broker.send('work', { body: { kind: 'no-id' } });
+    expect(await broker.waitForIdle('work', { timeoutMs: 10_000 })).toBe(true);
+
+    // The failed attempts rolled back their rows: one row for flaky, none for broken.
+    expect(await effectsPerId(store)).toEqual(new Map([['flaky', 1]]));
+    const [first, second] = attempts.get('flaky')!;
+    expect(second! - first!).toBeGreaterThanOrEqual(140);
+    expect(attempts.get('broken')).toHaveLength(2);
+    const dead = broker.deadLetters('work').map((d) => [d.producerMessageId, d.reason]);
+    expect(dead).toContainEqual(['broken', 'max-attempts']);
+    expect(dead).toContainEqual([undefined, 'missing-id']);
+    expect(dead).toHaveLength(2);
+    expect(counts.deadLettered).toBe(2);
+  });
+
+  it('renews the lease of a handler that runs longer than the visibility timeout', async () => {
+    const broker = newBroker();
+    const store = await embeddedStore();
+    const consumer = await createConsumer({
+      name: 'e2e-slow',
+      broker: { type: 'memory', broker, queue: 'slow', visibilityTimeoutMs: 400 },
+      store,
+      concurrency: 2,
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+        await ctx.tx.query('INSERT INTO effects (message_id) VALUES ($1)', [message.id]);
+      },
+    });
+    const counts = track(consumer);
+    await consumer.start();
+    await broker.send('slow', { id: 'slow-1', body: {} });
+    expect(await broker.waitForIdle('slow', { timeoutMs: 10_000 })).toBe(true);
+    // Without renewal the 400 ms lease would have lapsed three times and the message gone out again.
+    expect(counts.received).toBe(1);
+    expect(counts.ackFailed).toBe(0);
+    expect(await effectsPerId(store)).toEqual(new Map([['slow-1', 1]]));
+  });
+});

@@ -1,0 +1,262 @@
+import type { Logger, SqlClient } from '@oncely/core';
+import { StoreUnavailableError } from '@oncely/core';
+import { classifyPostgresError, markStoreConnectionHealthy } from '../classifyError.js';
+import { DriverNotInstalledError } from '../errors.js';
+import type { StoreDriver } from './StoreDriver.js';
+import { describeError, lockTimeoutStatement } from './StoreDriver.js';
+
+/**
+ * The part of a `pg.PoolClient` the store uses. Declared structurally so that the
+ * store's types do not require `@types/pg` in applications.
+ *
+ * @example
+ * ```ts
+ * const client: PgPoolClientLike = await pool.connect();
+ * ```
+ */
+export interface PgPoolClientLike extends SqlClient {
+  release(destroy?: Error | boolean): void;
+  on(event: 'error' | 'end', listener: (...args: any[]) => void): unknown;
+  removeListener(event: 'error' | 'end', listener: (...args: any[]) => void): unknown;
+}
+
+/**
+ * The part of a `pg.Pool` the store uses; a real `pg.Pool` fits it.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg';
+ * const pool: PgPoolLike = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ * const store = new PostgresStore({ pool });
+ * ```
+ */
+export interface PgPoolLike {
+  connect(): Promise<PgPoolClientLike>;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener(event: 'error', listener: (error: Error) => void): unknown;
+  end(): Promise<void>;
+}
+
+/** Where the pool comes from: the caller's, or one we create (and close) from a connection string. */
+export type PgPoolSource =
+  | { pool: PgPoolLike }
+  | { connectionString: string; poolMax: number; connectTimeoutMs: number };
+
+/** Stale-connection retries for a caller's pool, whose size we do not know. */
+const DEFAULT_STALE_ATTEMPTS = 10;
+
+/**
+ * The `pg` driver. Connection failures are reported as core's `StoreUnavailableError`:
+ * pg raises some of them as plain `Error`s with no code ("Connection terminated
+ * unexpectedly", "timeout exceeded when trying to connect"), and errors are never
+ * classified by message text. A failed `pool.connect()` is therefore wrapped, and a
+ * transaction whose client emitted `error` or `end` (the socket died) is reported as
+ * unavailable, with the original error as `cause`.
+ */
+export class PgDriver implements StoreDriver {
+  private poolPromise: Promise<PgPoolLike> | undefined;
+  private readonly ownsPool: boolean;
+  /** How many checked-out connections may turn out dead before a call gives up (see checkout). */
+  private readonly staleConnectionAttempts: number;
+  /** Idle clients that lose their connection (a database restart) emit 'error' on the pool; unhandled, that would crash the process. */
+  private readonly onPoolError = (error: Error): void => {
+    this.log.warn('idle PostgreSQL connection failed; the pool discards it', { error });
+  };
+
+  constructor(
+    private readonly source: PgPoolSource,
+    private readonly log: Logger,
+  ) {
+    this.ownsPool = !('pool' in source);
+    this.staleConnectionAttempts = ('poolMax' in source ? source.poolMax : DEFAULT_STALE_ATTEMPTS) + 1;
+    if ('pool' in source) {
+      source.pool.on('error', this.onPoolError);
+      this.poolPromise = Promise.resolve(source.pool);
+    }
+  }
+
+  async transaction<T>(
+    _operation: string,
+    work: (client: SqlClient) => Promise<T>,
+    lockTimeoutMs: number | undefined,
+  ): Promise<T> {
+    // One simple-protocol round trip opens the transaction and sets its lock timeout.
+    // READ COMMITTED explicitly: claims rely on re-checking the unique key after a wait,
+    // whatever default_transaction_isolation the server has.
+    const begin = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+    const { client, watch } = await this.checkout(
+      lockTimeoutMs === undefined ? begin : `${begin}; ${lockTimeoutStatement(lockTimeoutMs)}`,
+    );
+    let rollbackFailed = false;
+    try {
+      let result: T;
+      try {
+        result = await work(client);
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {
+          rollbackFailed = true;
+        });
+        throw error;
+      }
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      if (watch.lost !== undefined) {
+        // Also covers a COMMIT whose answer never arrived: its outcome is unknown, and the
+        // retry after the outage finds the marker if it did commit.
+        throw new StoreUnavailableError(
+          `PostgreSQL connection lost during a transaction: ${describeError(error)}`,
+          {
+            cause: error,
+          },
+        );
+      }
+      markStoreConnectionHealthy(error);
+      throw error;
+    } finally {
+      watch.release(rollbackFailed);
+    }
+  }
+
+  async ping(): Promise<void> {
+    const { watch } = await this.checkout('SELECT 1');
+    watch.release(false);
+  }
+
+  /**
+   * Checks a client out and runs `first` on it. After a database restart the pool can
+   * still hold idle connections whose death it has not noticed yet; one failing on its
+   * first statement has done nothing, so it is destroyed and another is tried, up to
+   * once per pooled connection plus one fresh one.
+   */
+  private async checkout(first: string): Promise<{ client: PgPoolClientLike; watch: ClientWatch }> {
+    for (let attempt = 1; ; attempt++) {
+      const client = await this.connect();
+      const watch = watchClient(client);
+      try {
+        await client.query(first);
+        return { client, watch };
+      } catch (error) {
+        const dead = watch.lost !== undefined || classifyPostgresError(error) === 'unavailable';
+        watch.release(true);
+        if (!dead) throw error;
+        if (attempt >= this.staleConnectionAttempts) {
+          throw new StoreUnavailableError(`PostgreSQL does not answer: ${describeError(error)}`, {
+            cause: error,
+          });
+        }
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    const pending = this.poolPromise;
+    if (!pending) return;
+    const pool = await pending.catch(() => undefined);
+    if (!pool) return;
+    if (this.ownsPool) {
+      // Keep the error listener through end(): clients may still fail while closing.
+      await pool.end();
+    } else {
+      pool.removeListener('error', this.onPoolError);
+    }
+  }
+
+  private async connect(): Promise<PgPoolClientLike> {
+    const pool = await this.pool();
+    try {
+      return await pool.connect();
+    } catch (error) {
+      throw new StoreUnavailableError(`cannot connect to PostgreSQL: ${describeError(error)}`, {
+        cause: error,
+      });
+    }
+  }
+
+  private pool(): Promise<PgPoolLike> {
+    this.poolPromise ??= this.createPool();
+    return this.poolPromise;
+  }
+
+  private async createPool(): Promise<PgPoolLike> {
+    if ('pool' in this.source) return this.source.pool;
+    const { connectionString, poolMax, connectTimeoutMs } = this.source;
+    const pg = await importPg();
+    const pool = new pg.Pool({
+      connectionString,
+      max: poolMax,
+      // Without a timeout a connect to an unreachable host waits for the OS (minutes),
+      // and the consumer would not notice the outage.
+      connectionTimeoutMillis: connectTimeoutMs,
+      keepAlive: true,
+    });
+    pool.on('error', this.onPoolError);
+    return pool;
+  }
+}
+
+interface ClientWatch {
+  /** The first error or end event seen on the client's connection, if any. */
+  readonly lost: unknown;
+  /** Gives the client back; a dead or suspect one is destroyed instead of pooled. */
+  release(suspect: boolean): void;
+}
+
+/**
+ * Watches a checked-out client. While checked out, a client's socket error is emitted on
+ * the client (the pool only listens to idle ones): without our listener it would crash
+ * the process; with it, we learn — without reading any message text — that the
+ * connection is gone.
+ */
+function watchClient(client: PgPoolClientLike): ClientWatch {
+  const state: { lost: unknown } = { lost: undefined };
+  const onError = (error: unknown): void => {
+    state.lost ??= error ?? new Error('connection error');
+  };
+  const onEnd = (): void => {
+    state.lost ??= new Error('connection ended');
+  };
+  client.on('error', onError);
+  client.on('end', onEnd);
+  let released = false;
+  return {
+    get lost() {
+      return state.lost;
+    },
+    release(suspect: boolean) {
+      if (released) return;
+      released = true;
+      if (state.lost !== undefined || suspect) {
+        // Listeners stay on: a destroyed client may still emit while its socket closes.
+        client.release(state.lost instanceof Error ? state.lost : true);
+        return;
+      }
+      client.removeListener('error', onError);
+      client.removeListener('end', onEnd);
+      client.release();
+    },
+  };
+}
+
+interface PgModule {
+  Pool: new (config: Record<string, unknown>) => PgPoolLike;
+}
+
+async function importPg(): Promise<PgModule> {
+  let mod: { default?: PgModule } & Partial<PgModule>;
+  try {
+    mod = (await import('pg')) as unknown as typeof mod;
+  } catch (error) {
+    if (isModuleNotFound(error)) throw new DriverNotInstalledError('pg', { cause: error });
+    throw error;
+  }
+  const Pool = mod.default?.Pool ?? mod.Pool;
+  if (!Pool) throw new DriverNotInstalledError('pg');
+  return { Pool };
+}
+
+/** Node's code for a package that cannot be resolved. */
+export function isModuleNotFound(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+}

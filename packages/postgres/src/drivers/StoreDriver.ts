@@ -1,0 +1,38 @@
+import type { SqlClient } from '@oncely/core';
+
+/**
+ * How the store reaches PostgreSQL: a `pg` pool, PGlite, or the caller's own
+ * transactions. The SQL is the same for all three; only transaction handling differs.
+ */
+export interface StoreDriver {
+  /**
+   * Runs `work` in one transaction (READ COMMITTED where the driver controls it):
+   * commits when it resolves, rolls back when it throws.
+   *
+   * @param operation the public method being served, for error messages
+   * @param lockTimeoutMs applied with `SET LOCAL lock_timeout`; undefined leaves the server's setting
+   */
+  transaction<T>(
+    operation: string,
+    work: (client: SqlClient) => Promise<T>,
+    lockTimeoutMs: number | undefined,
+  ): Promise<T>;
+  /** One cheap round trip; rejects with `StoreUnavailableError` when the database does not answer. */
+  ping(): Promise<void>;
+  /** Releases what the driver owns (a pool it created, a PGlite it started). */
+  close(): Promise<void>;
+}
+
+/** The statement that opens a store transaction; lock timeouts are validated integers. */
+export function lockTimeoutStatement(lockTimeoutMs: number): string {
+  return `SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`;
+}
+
+/** A short description of an error for messages that wrap it (the error itself stays the cause). */
+export function describeError(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return typeof code === 'string' ? `${error.message} (${code})` : error.message || error.name;
+  }
+  return String(error);
+}

@@ -1,0 +1,22 @@
+export type { ApplyIfNewerOptions } from './applyIfNewer.js';
+export { applyIfNewer } from './applyIfNewer.js';
+export { classifyPostgresError } from './classifyError.js';
+export type { CallerTransaction } from './drivers/CallerTransactionDriver.js';
+export type { PgPoolClientLike, PgPoolLike } from './drivers/PgDriver.js';
+export type { PgliteLike, PgliteResultsLike, PgliteTransactionLike } from './drivers/PgliteDriver.js';
+export { DriverNotInstalledError, isSchemaVersionError, SchemaVersionError } from './errors.js';
+export { quoteIdentifier } from './identifiers.js';
+export { LATEST_VERSION } from './migrations/index.js';
+export type {
+  EmbeddedStoreOptions,
+  MigrateResult,
+  PostgresCallerTransactionOptions,
+  PostgresConnectionStringOptions,
+  PostgresEmbeddedOptions,
+  PostgresPgliteOptions,
+  PostgresPoolOptions,
+  PostgresStoreCommonOptions,
+  PostgresStoreOptions,
+  PruneOptions,
+} from './PostgresStore.js';
+export { PostgresStore } from './PostgresStore.js';

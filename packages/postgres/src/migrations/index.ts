@@ -1,0 +1,27 @@
+import { statements as init } from './0001_init.js';
+
+/** One forward-only migration. */
+export interface Migration {
+  /** Its number: applied in ascending order, recorded in `<schema>.migrations`. */
+  version: number;
+  name: string;
+  /** Statements with `{{schema}}` standing for the quoted schema name. */
+  statements: readonly string[];
+}
+
+/**
+ * Every migration this package ships, in order. They are TypeScript modules (not loose
+ * `.sql` files) so they ship inside `dist` whatever builds the package.
+ */
+export const MIGRATIONS: readonly Migration[] = [{ version: 1, name: '0001_init', statements: init }];
+
+/**
+ * The schema version this package works with: the number of its newest migration.
+ *
+ * @example
+ * ```ts
+ * const { version } = await store.migrate();
+ * console.log(version === LATEST_VERSION); // true
+ * ```
+ */
+export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -1,0 +1,27 @@
+import { randomUUID } from 'node:crypto';
+import { requireService } from '@oncely/testkit';
+import pg from 'pg';
+
+/** The real server the tests use (trust auth on 127.0.0.1 in CI and the dev container). */
+export const connectionString = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+/** A small pool for test-side SQL (creating, counting, terminating backends). */
+export const admin = new pg.Pool({ connectionString, max: 3 });
+admin.on('error', () => {
+  // Tests terminate backends on purpose; an idle admin client may be among them.
+});
+
+/**
+ * True when PostgreSQL answers. With CI=true a missing server fails the run (requireService
+ * throws); elsewhere the real-server tests are skipped with a warning.
+ */
+export const hasPostgres = await requireService('PostgreSQL', () => admin.query('SELECT 1'));
+
+/** A schema name no other run or test uses. */
+export function uniqueSchema(prefix: string): string {
+  return `${prefix}_${randomUUID().replaceAll('-', '').slice(0, 16)}`;
+}
+
+export async function dropSchema(schema: string): Promise<void> {
+  await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+}
