@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { retryDelayMs } from './backoff.js';
 import { decodeBody } from './body.js';
-import { validateConsumerConfig } from './config.js';
+import { CONSUMER_DEFAULTS, validateConsumerConfig } from './config.js';
 import { ConfigError, ConsumerStateError, LeaseLostError, OncelyError } from './errors.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
@@ -82,15 +82,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   ) {
     validateConsumerConfig(config);
     this.settings = {
-      concurrency: 1,
-      mode: 'transactional',
-      bodyFormat: 'json',
-      maxAttempts: 5,
-      handlerTimeoutMs: 30_000,
-      leaseRenewal: true,
-      leaseMs: 30_000,
-      outageHoldMs: 60_000,
-      stopTimeoutMs: 30_000,
+      ...CONSUMER_DEFAULTS,
       logger: stderrLogger,
       ...config,
       idStrategy: config.idStrategy ?? adapter.defaultIdStrategy,

@@ -41,7 +41,7 @@ export class LeaseKeeper {
 
   constructor(private readonly options: LeaseKeeperOptions) {
     this.now = options.now ?? Date.now;
-    this.receivedAt = this.now();
+    this.receivedAt = options.delivery.receivedAt ?? this.now();
     const { brokerLease, delivery, renewBroker, claimMs } = options;
     const brokerRenewable = renewBroker && brokerLease !== undefined && delivery.extendLease !== undefined;
     this.brokerExpiresAt =

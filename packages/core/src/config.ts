@@ -12,6 +12,19 @@ export const ADAPTER_PACKAGES: Readonly<Record<BrokerType, string>> = {
   kafka: '@oncely/kafka',
 };
 
+/** Defaults of the optional consumer settings (the `@default` of each field). */
+export const CONSUMER_DEFAULTS = {
+  concurrency: 1,
+  mode: 'transactional',
+  bodyFormat: 'json',
+  maxAttempts: 5,
+  handlerTimeoutMs: 30_000,
+  leaseRenewal: true,
+  leaseMs: 30_000,
+  outageHoldMs: 60_000,
+  stopTimeoutMs: 30_000,
+} as const;
+
 const MODES = ['transactional', 'leased', 'offsets'] as const;
 const BODY_FORMATS = ['json', 'text', 'buffer'] as const;
 const ID_STRATEGIES = ['producer', 'broker', 'deduplication-id', 'content-hash'] as const;

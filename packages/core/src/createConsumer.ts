@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Consumer } from './Consumer.js';
-import { ADAPTER_PACKAGES, validateConsumerConfig } from './config.js';
+import { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, validateConsumerConfig } from './config.js';
 import { AdapterNotInstalledError, ConfigError } from './errors.js';
 import { stderrLogger } from './logger.js';
 import type { AdapterModule, BrokerType, ConsumerConfig, SqlClient } from './types.js';
@@ -33,6 +33,9 @@ export async function createConsumer<TBody = unknown, Tx = SqlClient>(
   const adapter = module.createAdapter(config.broker, {
     consumerName: config.name,
     log: config.logger ?? stderrLogger,
+    idStrategy: config.idStrategy,
+    maxAttempts: config.maxAttempts ?? CONSUMER_DEFAULTS.maxAttempts,
+    handlerTimeoutMs: config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
   });
   return new Consumer(config, adapter);
 }

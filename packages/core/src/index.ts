@@ -2,7 +2,7 @@ export { DEFAULT_BACKOFF, retryDelayMs } from './backoff.js';
 export { decodeBody } from './body.js';
 export { Consumer } from './Consumer.js';
 export type { LoadConfigOptions, LoadedConfig } from './config.js';
-export { ADAPTER_PACKAGES, loadConfig, validateConsumerConfig } from './config.js';
+export { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, loadConfig, validateConsumerConfig } from './config.js';
 export { createConsumer, loadAdapterModule } from './createConsumer.js';
 export type { OncelyErrorCode } from './errors.js';
 export {
@@ -26,6 +26,7 @@ export { MAX_TRANSIENT_RETRIES, processOnce, retryTransient } from './processOnc
 export type {
   AdapterLease,
   AdapterModule,
+  AdapterOptions,
   AdapterRuntime,
   BackoffConfig,
   BodyFormat,

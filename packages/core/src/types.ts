@@ -200,6 +200,12 @@ export interface Delivery {
   readonly envelope: Envelope;
   /** When the broker lease runs out, in epoch ms, if the broker tells. */
   readonly leaseExpiresAt?: number;
+  /**
+   * When the broker handed the message out, in epoch ms, if earlier than its dispatch
+   * (an adapter that held it, e.g. behind its FIFO group). Caps such as SQS's 12 hours
+   * count from here. @default the dispatch time
+   */
+  readonly receivedAt?: number;
   /** Settles the message as done. May fail after a commit: the core logs and counts it. */
   ack(): Promise<void>;
   /** Makes the broker deliver it again, after `delayMs` where the broker can delay. */
@@ -267,9 +273,21 @@ export interface BrokerAdapter {
   close(): Promise<void>;
 }
 
+/** Consumer settings an adapter may check against the broker at start (ID strategy, limits). */
+export interface AdapterOptions {
+  consumerName: string;
+  log: Logger;
+  /** The consumer's configured ID strategy, if any (the adapter's default applies otherwise). */
+  idStrategy?: IdStrategy;
+  /** The consumer's `maxAttempts`: broker-side delivery limits must sit above it. */
+  maxAttempts?: number;
+  /** The consumer's `handlerTimeoutMs`: broker-side timeouts must sit above it. */
+  handlerTimeoutMs?: number;
+}
+
 /** What each adapter package exports so `createConsumer` can load it by `broker.type`. */
 export interface AdapterModule {
-  createAdapter(broker: BrokerConfig, options: { consumerName: string; log: Logger }): BrokerAdapter;
+  createAdapter(broker: BrokerConfig, options: AdapterOptions): BrokerAdapter;
   diagnose?(config: ConsumerConfig): Promise<DiagnoseReport>;
 }
 

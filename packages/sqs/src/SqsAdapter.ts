@@ -1,0 +1,475 @@
+import { type MessageAttributeValue, SQSClient, type Message as SqsMessage } from '@aws-sdk/client-sqs';
+import {
+  type AdapterLease,
+  type AdapterRuntime,
+  type BrokerAdapter,
+  BrokerMisconfiguredError,
+  ConfigError,
+  type DeadLetterReason,
+  type IdStrategy,
+  isOncelyError,
+  type Logger,
+} from '@oncely/core';
+import { GroupSequencer } from './GroupSequencer.js';
+import { MAX_TOTAL_VISIBILITY_MS, SqsDelivery } from './SqsDelivery.js';
+import { type QueueFacts, SqsQueueClient } from './SqsQueueClient.js';
+import { parseSqsConfig, type SqsSettings } from './sqsConfig.js';
+import { toEnvelope } from './toEnvelope.js';
+
+/** Visibility used when neither the config nor the queue gives a usable one (the SQS default). */
+const FALLBACK_VISIBILITY_MS = 30_000;
+
+/** Request timeout beyond the long-poll wait, for clients the adapter builds itself. */
+const REQUEST_TIMEOUT_MARGIN_S = 15;
+
+/** SQS allows at most 10 message attributes per message. */
+const MAX_MESSAGE_ATTRIBUTES = 10;
+
+/** Dead-letter detail is cut to this length (message attributes count towards the 256 KiB limit). */
+const MAX_DETAIL_LENGTH = 1000;
+
+/**
+ * Message attributes added to a dead-lettered copy.
+ *
+ * @example
+ * ```ts
+ * const reason = dlqMessage.MessageAttributes?.[DEAD_LETTER_ATTRIBUTES.reason]?.StringValue; // 'max-attempts'
+ * ```
+ */
+export const DEAD_LETTER_ATTRIBUTES = {
+  reason: 'oncely-dead-letter-reason',
+  detail: 'oncely-dead-letter-detail',
+  sourceMessageId: 'oncely-source-message-id',
+} as const;
+
+/**
+ * Where dead-lettered messages go:
+ *
+ * - `queue`: an explicit SendMessage (reason as a message attribute), then delete. The
+ *   queue is `deadLetterQueueUrl` when configured, else the target of the queue's
+ *   RedrivePolicy;
+ * - `native-redrive`: the RedrivePolicy target could not be resolved to a URL (no
+ *   permission for GetQueueUrl, for example): the message is released and SQS moves it
+ *   itself once its receive count passes `maxReceiveCount` (the reason is only logged);
+ * - `none`: no destination at all: the message is parked (visibility up to the 12-hour
+ *   cap) and the dead-letter call fails, so it is counted (`ackFailed`) and never lost.
+ *
+ * @example
+ * ```ts
+ * if (adapter.deadLetterRoute.kind !== 'queue') console.warn('dead letters lose their reason');
+ * ```
+ */
+export type DeadLetterRoute =
+  | { kind: 'queue'; url: string; fifo: boolean; origin: 'deadLetterQueueUrl' | 'RedrivePolicy' }
+  | { kind: 'native-redrive'; maxReceiveCount: number }
+  | { kind: 'none' };
+
+/**
+ * What `createAdapter` receives besides the broker section.
+ *
+ * @example
+ * ```ts
+ * const options: SqsAdapterOptions = { consumerName: 'payments', log: console, idStrategy: 'deduplication-id', maxAttempts: 5 };
+ * ```
+ */
+export interface SqsAdapterOptions {
+  consumerName: string;
+  log: Logger;
+  /**
+   * The consumer's ID strategy. When given, `start()` refuses `'deduplication-id'` on a
+   * standard queue or on a queue with content-based deduplication.
+   * `createSqsConsumer` passes it; the core's `createConsumer` does not (yet).
+   */
+  idStrategy?: IdStrategy;
+  /** The consumer's `maxAttempts`, to warn at start when SQS's own redrive would fire first. */
+  maxAttempts?: number;
+}
+
+/**
+ * Counters an application may export as metrics (`adapter.stats`).
+ *
+ * @example
+ * ```ts
+ * setInterval(() => gauge.set((adapter as SqsAdapter).stats.staleReceipts), 10_000);
+ * ```
+ */
+export interface SqsAdapterStats {
+  /** Messages received. */
+  received: number;
+  /** Settlements or lease renewals that met a stale receipt handle. */
+  staleReceipts: number;
+  /** Messages sent to the dead-letter queue. */
+  deadLettered: number;
+}
+
+/**
+ * The Amazon SQS adapter: a long-polling receive loop with bounded concurrency,
+ * visibility heartbeats through the core's lease keeper, batched deletes after commit,
+ * delayed retries through the visibility timeout, dead-lettering with a reason, and
+ * per-group ordering on FIFO queues.
+ *
+ * Usually created by `createConsumer` (`broker.type: 'sqs'`) or `createSqsConsumer`.
+ *
+ * @example
+ * ```ts
+ * const adapter = new SqsAdapter({ type: 'sqs', queueUrl }, { consumerName: 'payments', log: console });
+ * const consumer = new Consumer({ name: 'payments', broker: { type: 'sqs', queueUrl }, store, handler }, adapter);
+ * await consumer.start();
+ * ```
+ */
+export class SqsAdapter implements BrokerAdapter {
+  readonly type = 'sqs';
+  readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
+  readonly stats: SqsAdapterStats = { received: 0, staleReceipts: 0, deadLettered: 0 };
+
+  private readonly settings: SqsSettings;
+  private readonly client: SQSClient;
+  private readonly ownsClient: boolean;
+  private readonly queue: SqsQueueClient;
+  private readonly log: Logger;
+  private readonly sequencer: GroupSequencer<SqsDelivery>;
+  private visibilityMs: number;
+  private queueFacts: QueueFacts | undefined;
+  private route: DeadLetterRoute = { kind: 'none' };
+  private runtime: AdapterRuntime | undefined;
+  private loop: Promise<void> | undefined;
+  private poll: AbortController | undefined;
+  /** Received and not yet settled: dispatched, or waiting for their FIFO group's turn. */
+  private held = 0;
+  private capacityWaiters: Array<() => void> = [];
+
+  constructor(
+    broker: Record<string, unknown>,
+    private readonly options: SqsAdapterOptions,
+  ) {
+    this.settings = parseSqsConfig(broker);
+    this.log = options.log;
+    this.ownsClient = this.settings.client === undefined;
+    this.client =
+      this.settings.client ??
+      new SQSClient({
+        endpoint: this.settings.endpoint,
+        region: this.settings.region,
+        credentials: this.settings.credentials,
+        // A half-open connection must not stall the receive loop forever; the timeout has
+        // to outlast the long poll itself.
+        requestHandler: {
+          requestTimeout: (this.settings.waitTimeSeconds + REQUEST_TIMEOUT_MARGIN_S) * 1000,
+          connectionTimeout: 10_000,
+        },
+      });
+    this.queue = new SqsQueueClient(this.client, this.settings.queueUrl);
+    this.visibilityMs = this.settings.visibilityTimeoutMs ?? FALLBACK_VISIBILITY_MS;
+    this.sequencer = new GroupSequencer<SqsDelivery>({
+      dispatch: (delivery) => this.runtime!.dispatch(delivery),
+      onDone: () => this.releaseSlot(),
+      extendByMs: () => this.visibilityMs,
+      log: this.log,
+    });
+  }
+
+  /**
+   * Each heartbeat sets the visibility to `visibilityTimeoutMs` from the call; the keeper
+   * stops at SQS's 12-hour total per receipt (the delivery also enforces the cap from
+   * its own receipt time, which can be earlier than dispatch on FIFO queues).
+   */
+  get lease(): AdapterLease {
+    return { extendByMs: this.visibilityMs, maxTotalMs: MAX_TOTAL_VISIBILITY_MS };
+  }
+
+  /** The dead-letter path chosen at start. */
+  get deadLetterRoute(): DeadLetterRoute {
+    return this.route;
+  }
+
+  /** The queue's attributes as read at start. */
+  get facts(): QueueFacts | undefined {
+    return this.queueFacts;
+  }
+
+  async start(runtime: AdapterRuntime): Promise<void> {
+    this.runtime = runtime;
+    const facts = await this.queue.facts();
+    this.queueFacts = facts;
+    this.checkIdStrategy(facts);
+    this.visibilityMs =
+      this.settings.visibilityTimeoutMs ??
+      (facts.visibilityTimeoutMs >= 1000 ? facts.visibilityTimeoutMs : FALLBACK_VISIBILITY_MS);
+    this.route = await this.resolveDeadLetterRoute(facts);
+    // One listener for the consumer's lifetime (not one per poll): stop ends the long poll at once.
+    runtime.stopping.addEventListener('abort', () => this.poll?.abort(), { once: true });
+    const { maxAttempts } = this.options;
+    if (facts.redrive && maxAttempts !== undefined && facts.redrive.maxReceiveCount <= maxAttempts) {
+      this.log.warn(
+        `sqs: the queue's RedrivePolicy maxReceiveCount (${facts.redrive.maxReceiveCount}) is not above maxAttempts (${maxAttempts}): SQS may dead-letter messages (without a reason) before Oncely does, and during a store outage`,
+        { queueUrl: this.settings.queueUrl },
+      );
+    }
+    this.loop = this.receiveLoop(runtime).catch((error) => {
+      this.log.error('sqs: receive loop ended unexpectedly', { error });
+    });
+  }
+
+  // No pause()/resume(): during a store outage runtime.whenReady() blocks, so the loop
+  // stops polling by itself. A poll already running is left to finish, because aborting
+  // it can strand what SQS hands to the closed connection until the visibility timeout;
+  // what it returns goes to the core, which holds and then releases it properly.
+
+  /**
+   * Stop: aborts the long poll at once (runtime.stopping). Messages SQS handed to that
+   * aborted request come back after the visibility timeout; messages received but not yet
+   * dispatched (FIFO messages waiting for their group) are released now.
+   */
+  async stop(): Promise<void> {
+    this.poll?.abort();
+    this.wakeCapacityWaiters();
+    await this.loop;
+    await this.sequencer.releaseWaiting();
+  }
+
+  async close(): Promise<void> {
+    await this.queue.drain();
+    if (this.ownsClient) this.client.destroy();
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Receiving
+  // ------------------------------------------------------------------------------------
+
+  private async receiveLoop(runtime: AdapterRuntime): Promise<void> {
+    let failures = 0;
+    for (;;) {
+      const free = await runtime.whenReady();
+      if (free <= 0 || runtime.stopping.aborted) return;
+      // `free` counts the core's handlers; `held` also counts FIFO messages waiting for
+      // their group, which must count against the same bound.
+      const room = runtime.concurrency - this.held;
+      if (room <= 0) {
+        await this.capacityFreed(runtime.stopping);
+        continue;
+      }
+      const max = Math.min(this.settings.maxMessages, free, room);
+      const poll = new AbortController();
+      this.poll = poll;
+      const { signal } = poll;
+      // The 12-hour cap and the first expiry are measured from before the call: SQS
+      // may have started the clock at any point of the long poll.
+      const requestedAt = Date.now();
+      let messages: SqsMessage[];
+      try {
+        messages = await this.queue.receive({
+          max,
+          visibilitySeconds: this.visibilityMs / 1000,
+          waitSeconds: this.settings.waitTimeSeconds,
+          signal,
+        });
+        failures = 0;
+      } catch (error) {
+        if (signal.aborted) continue;
+        failures++;
+        runtime.reportError(error, 'ReceiveMessage failed; polling again after a pause');
+        await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), runtime.stopping);
+        continue;
+      } finally {
+        if (this.poll === poll) this.poll = undefined;
+      }
+      for (const message of messages) this.accept(message, requestedAt);
+    }
+  }
+
+  private accept(message: SqsMessage, requestedAt: number): void {
+    this.held++;
+    this.stats.received++;
+    const envelope = toEnvelope(message, {
+      source: this.settings.queueUrl,
+      contentBasedDeduplication: this.queueFacts?.contentBasedDeduplication ?? false,
+    });
+    const delivery = new SqsDelivery(
+      message,
+      envelope,
+      {
+        changeVisibility: (handle, seconds) => this.counted(this.queue.changeVisibility(handle, seconds)),
+        delete: (handle) => this.counted(this.queue.delete(handle)),
+        deadLetter: (d, reason, detail) => this.counted(this.deadLetter(d, reason, detail)),
+      },
+      requestedAt,
+      this.visibilityMs,
+    );
+    this.sequencer.submit(delivery);
+  }
+
+  /** Counts and logs stale receipt handles; the rejection still reaches the core. */
+  private async counted(call: Promise<void>): Promise<void> {
+    try {
+      await call;
+    } catch (error) {
+      if (isOncelyError(error, 'LEASE_LOST')) {
+        this.stats.staleReceipts++;
+        this.log.warn('sqs: stale receipt handle (visibility lapsed or message gone)', { error });
+      }
+      throw error;
+    }
+  }
+
+  private releaseSlot(): void {
+    this.held--;
+    this.wakeCapacityWaiters();
+  }
+
+  private capacityFreed(stopping: AbortSignal): Promise<void> {
+    if (stopping.aborted) return Promise.resolve();
+    return new Promise((resolve) => this.capacityWaiters.push(resolve));
+  }
+
+  private wakeCapacityWaiters(): void {
+    for (const wake of this.capacityWaiters.splice(0)) wake();
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Start-time checks
+  // ------------------------------------------------------------------------------------
+
+  private checkIdStrategy(facts: QueueFacts): void {
+    if (this.options.idStrategy !== 'deduplication-id') return;
+    if (!facts.fifo) {
+      throw new ConfigError(
+        'idStrategy',
+        `is 'deduplication-id' but ${this.settings.queueUrl} is a standard queue: only FIFO queues carry a MessageDeduplicationId`,
+      );
+    }
+    if (facts.contentBasedDeduplication) {
+      throw new BrokerMisconfiguredError(
+        `idStrategy 'deduplication-id' is refused: ${this.settings.queueUrl} uses content-based deduplication, so the ID is a hash of the body and two different messages with the same body would be treated as one. Use a message attribute ({ attribute: 'message-id' }) instead.`,
+      );
+    }
+  }
+
+  private async resolveDeadLetterRoute(facts: QueueFacts): Promise<DeadLetterRoute> {
+    const configured = this.settings.deadLetterQueueUrl;
+    if (configured) {
+      const target = await this.queue.facts(configured);
+      if (facts.fifo !== target.fifo) {
+        this.log.warn(
+          `sqs: dead-letter queue ${configured} is ${target.fifo ? 'FIFO' : 'standard'} but ${this.settings.queueUrl} is ${facts.fifo ? 'FIFO' : 'standard'}`,
+        );
+      }
+      return { kind: 'queue', url: configured, fifo: target.fifo, origin: 'deadLetterQueueUrl' };
+    }
+    if (facts.redrive) {
+      try {
+        const url = await this.queue.urlOfArn(facts.redrive.deadLetterTargetArn);
+        return { kind: 'queue', url, fifo: url.endsWith('.fifo'), origin: 'RedrivePolicy' };
+      } catch (error) {
+        this.log.warn(
+          `sqs: cannot resolve the RedrivePolicy target ${facts.redrive.deadLetterTargetArn} to a URL; dead-lettered messages are left to SQS's own redrive (after ${facts.redrive.maxReceiveCount} receives, without a reason). Set broker.deadLetterQueueUrl to send them with their reason.`,
+          { error },
+        );
+        return { kind: 'native-redrive', maxReceiveCount: facts.redrive.maxReceiveCount };
+      }
+    }
+    this.log.warn(
+      `sqs: ${this.settings.queueUrl} has no dead-letter destination (no broker.deadLetterQueueUrl, no RedrivePolicy): poison messages are parked, not dead-lettered`,
+    );
+    return { kind: 'none' };
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Dead-lettering
+  // ------------------------------------------------------------------------------------
+
+  private async deadLetter(delivery: SqsDelivery, reason: DeadLetterReason, detail: string): Promise<void> {
+    const route = this.route;
+    switch (route.kind) {
+      case 'queue': {
+        const { message } = delivery;
+        await this.queue.sendTo({
+          QueueUrl: route.url,
+          MessageBody: message.Body ?? '',
+          MessageAttributes: deadLetterAttributes(message, reason, detail),
+          ...(route.fifo
+            ? {
+                MessageGroupId: delivery.envelope.orderingKey ?? 'oncely-dead-letter',
+                // A retried dead-letter (crash between send and delete) is dropped by the
+                // FIFO dead-letter queue's own 5-minute deduplication.
+                MessageDeduplicationId: message.MessageId,
+              }
+            : {}),
+        });
+        this.stats.deadLettered++;
+        // Not batched: the copy exists now, so the window in which it and the original
+        // both exist stays as short as one request.
+        await this.queue.deleteNow(delivery.receiptHandle);
+        return;
+      }
+      case 'native-redrive':
+        // SQS moves it once ApproximateReceiveCount passes maxReceiveCount.
+        this.log.warn(`sqs: leaving the message to SQS's redrive (after ${route.maxReceiveCount} receives)`, {
+          reason,
+          detail,
+          brokerMessageId: delivery.message.MessageId,
+        });
+        await this.queue.changeVisibility(delivery.receiptHandle, 0);
+        return;
+      case 'none': {
+        // Park it as long as SQS allows: never processed unprotected, never dropped.
+        const seconds = Math.max(
+          0,
+          Math.floor((delivery.receivedAt + MAX_TOTAL_VISIBILITY_MS - 5000 - Date.now()) / 1000),
+        );
+        await this.queue.changeVisibility(delivery.receiptHandle, seconds).catch(() => {});
+        throw new BrokerMisconfiguredError(
+          `cannot dead-letter (${reason}: ${detail}): ${this.settings.queueUrl} has no dead-letter destination; the message is parked for ${seconds} s. Configure broker.deadLetterQueueUrl or a RedrivePolicy.`,
+        );
+      }
+    }
+  }
+}
+
+/**
+ * The dead-lettered copy's attributes: the reason first, then the original attributes
+ * (so the message keeps its ID), then the detail and the source MessageId while there
+ * is room under SQS's limit of 10.
+ */
+export function deadLetterAttributes(
+  message: SqsMessage,
+  reason: DeadLetterReason,
+  detail: string,
+): Record<string, MessageAttributeValue> {
+  const attributes: Record<string, MessageAttributeValue> = {
+    [DEAD_LETTER_ATTRIBUTES.reason]: { DataType: 'String', StringValue: reason },
+  };
+  const room = () => Object.keys(attributes).length < MAX_MESSAGE_ATTRIBUTES;
+  for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
+    if (!room()) break;
+    if (name in attributes) continue;
+    attributes[name] = {
+      DataType: value.DataType,
+      StringValue: value.StringValue,
+      BinaryValue: value.BinaryValue,
+    };
+  }
+  const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
+  if (room() && trimmed !== '') {
+    attributes[DEAD_LETTER_ATTRIBUTES.detail] = { DataType: 'String', StringValue: trimmed };
+  }
+  if (room() && message.MessageId) {
+    attributes[DEAD_LETTER_ATTRIBUTES.sourceMessageId] = {
+      DataType: 'String',
+      StringValue: message.MessageId,
+    };
+  }
+  return attributes;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

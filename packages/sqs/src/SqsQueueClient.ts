@@ -1,0 +1,242 @@
+import {
+  ChangeMessageVisibilityCommand,
+  DeleteMessageBatchCommand,
+  DeleteMessageCommand,
+  GetQueueAttributesCommand,
+  GetQueueUrlCommand,
+  type MessageSystemAttributeName,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+  type SendMessageCommandInput,
+  type SQSClient,
+  type Message as SqsMessage,
+} from '@aws-sdk/client-sqs';
+import { BrokerMisconfiguredError } from '@oncely/core';
+import { isQueueMissingError, toSettlementError } from './errors.js';
+
+/** How long acks wait for company before one DeleteMessageBatch goes out. */
+export const DELETE_BATCH_WINDOW_MS = 5;
+
+/** SQS accepts at most 10 entries per batch call. */
+const BATCH_LIMIT = 10;
+
+/** System attributes asked for on every receive. */
+const SYSTEM_ATTRIBUTES: MessageSystemAttributeName[] = [
+  'ApproximateReceiveCount',
+  'MessageGroupId',
+  'MessageDeduplicationId',
+  'SequenceNumber',
+];
+
+/**
+ * What a queue's attributes say about how Oncely must treat it (`adapter.facts` after start).
+ *
+ * @example
+ * ```ts
+ * if (adapter.facts?.fifo) console.log('FIFO queue, redrive:', adapter.facts.redrive);
+ * ```
+ */
+export interface QueueFacts {
+  arn?: string;
+  fifo: boolean;
+  contentBasedDeduplication: boolean;
+  /** The queue's default visibility timeout. */
+  visibilityTimeoutMs: number;
+  /** Native redrive, when the queue has a RedrivePolicy. */
+  redrive?: { deadLetterTargetArn: string; maxReceiveCount: number };
+}
+
+interface PendingDelete {
+  receiptHandle: string;
+  resolve(): void;
+  reject(error: Error): void;
+}
+
+/**
+ * One queue's calls, with settlement errors mapped for the core: stale receipt handles
+ * become `LeaseLostError`, everything else `SqsOperationError`. Deletes are batched: acks
+ * arriving within a few milliseconds of each other share one `DeleteMessageBatch`, and a
+ * per-entry `Failed[]` result rejects only that delivery's ack.
+ *
+ * @example
+ * ```ts
+ * const queue = new SqsQueueClient(client, queueUrl);
+ * const { messages } = await queue.receive({ max: 10, visibilitySeconds: 30, waitSeconds: 20 });
+ * await queue.delete(messages[0].ReceiptHandle!);
+ * ```
+ */
+export class SqsQueueClient {
+  private pending: PendingDelete[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+
+  constructor(
+    readonly client: SQSClient,
+    readonly queueUrl: string,
+  ) {}
+
+  /** Reads the queue's attributes. Throws `BrokerMisconfiguredError` when the queue does not exist. */
+  async facts(queueUrl = this.queueUrl): Promise<QueueFacts> {
+    let attributes: Record<string, string>;
+    try {
+      const out = await this.client.send(
+        new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['All'] }),
+      );
+      attributes = out.Attributes ?? {};
+    } catch (error) {
+      if (isQueueMissingError(error)) {
+        throw new BrokerMisconfiguredError(`SQS queue ${queueUrl} does not exist`, { cause: error });
+      }
+      throw error;
+    }
+    return parseQueueFacts(attributes);
+  }
+
+  /** Resolves a queue ARN (a redrive target) to its URL. */
+  async urlOfArn(arn: string): Promise<string> {
+    const [, , , , account, name] = arn.split(':');
+    if (!name) throw new BrokerMisconfiguredError(`not an SQS queue ARN: ${arn}`);
+    const out = await this.client.send(
+      new GetQueueUrlCommand({ QueueName: name, QueueOwnerAWSAccountId: account }),
+    );
+    if (!out.QueueUrl) throw new BrokerMisconfiguredError(`SQS returned no URL for ${arn}`);
+    return out.QueueUrl;
+  }
+
+  /** One long poll. `signal` aborts it (stop, pause). */
+  async receive(options: {
+    max: number;
+    visibilitySeconds: number;
+    waitSeconds: number;
+    signal?: AbortSignal;
+  }): Promise<SqsMessage[]> {
+    const out = await this.client.send(
+      new ReceiveMessageCommand({
+        QueueUrl: this.queueUrl,
+        MaxNumberOfMessages: options.max,
+        WaitTimeSeconds: options.waitSeconds,
+        VisibilityTimeout: options.visibilitySeconds,
+        MessageSystemAttributeNames: SYSTEM_ATTRIBUTES,
+        MessageAttributeNames: ['All'],
+      }),
+      { abortSignal: options.signal },
+    );
+    return out.Messages ?? [];
+  }
+
+  /** Sets the visibility timeout of one receipt handle, counted from now. */
+  async changeVisibility(receiptHandle: string, seconds: number): Promise<void> {
+    try {
+      await this.client.send(
+        new ChangeMessageVisibilityCommand({
+          QueueUrl: this.queueUrl,
+          ReceiptHandle: receiptHandle,
+          VisibilityTimeout: seconds,
+        }),
+      );
+    } catch (error) {
+      throw toSettlementError('ChangeMessageVisibility', error);
+    }
+  }
+
+  /** Sends a message to another queue (the dead-letter queue). */
+  async sendTo(input: SendMessageCommandInput): Promise<void> {
+    try {
+      await this.client.send(new SendMessageCommand(input));
+    } catch (error) {
+      throw toSettlementError('SendMessage (dead-letter)', error);
+    }
+  }
+
+  /** Deletes one message at once, outside the batch (dead-lettering: rare, and its copy is already sent). */
+  async deleteNow(receiptHandle: string): Promise<void> {
+    try {
+      await this.client.send(
+        new DeleteMessageCommand({ QueueUrl: this.queueUrl, ReceiptHandle: receiptHandle }),
+      );
+    } catch (error) {
+      throw toSettlementError('DeleteMessage', error);
+    }
+  }
+
+  /** Deletes one message; batched with other deletes of the next few milliseconds. */
+  delete(receiptHandle: string): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.pending.push({ receiptHandle, resolve, reject });
+      if (this.pending.length >= BATCH_LIMIT) this.flush();
+      else this.timer ??= setTimeout(() => this.flush(), DELETE_BATCH_WINDOW_MS);
+    });
+  }
+
+  /** Sends every waiting delete now and waits for all deletes in flight. */
+  async drain(): Promise<void> {
+    this.flush();
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+  }
+
+  private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    while (this.pending.length > 0) {
+      const batch = this.pending.splice(0, BATCH_LIMIT);
+      const sending = this.deleteBatch(batch);
+      this.inFlight.add(sending);
+      void sending.finally(() => this.inFlight.delete(sending));
+    }
+  }
+
+  private async deleteBatch(batch: PendingDelete[]): Promise<void> {
+    try {
+      const out = await this.client.send(
+        new DeleteMessageBatchCommand({
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((entry, index) => ({ Id: String(index), ReceiptHandle: entry.receiptHandle })),
+        }),
+      );
+      const failed = new Map((out.Failed ?? []).map((entry) => [entry.Id, entry]));
+      const succeeded = new Set((out.Successful ?? []).map((entry) => entry.Id));
+      batch.forEach((entry, index) => {
+        const failure = failed.get(String(index));
+        if (failure) entry.reject(toSettlementError('DeleteMessageBatch', failure));
+        else if (succeeded.has(String(index))) entry.resolve();
+        else {
+          entry.reject(
+            toSettlementError('DeleteMessageBatch', {
+              Code: 'MissingResult',
+              Message: 'entry neither succeeded nor failed',
+            }),
+          );
+        }
+      });
+    } catch (error) {
+      const mapped = toSettlementError('DeleteMessageBatch', error);
+      for (const entry of batch) entry.reject(mapped);
+    }
+  }
+}
+
+/** Interprets GetQueueAttributes output. */
+export function parseQueueFacts(attributes: Record<string, string>): QueueFacts {
+  let redrive: QueueFacts['redrive'];
+  if (attributes.RedrivePolicy) {
+    try {
+      const policy = JSON.parse(attributes.RedrivePolicy) as {
+        deadLetterTargetArn?: string;
+        maxReceiveCount?: unknown;
+      };
+      const maxReceiveCount = Number(policy.maxReceiveCount);
+      if (policy.deadLetterTargetArn && Number.isFinite(maxReceiveCount)) {
+        redrive = { deadLetterTargetArn: policy.deadLetterTargetArn, maxReceiveCount };
+      }
+    } catch {
+      // A policy SQS accepted is JSON; anything else is treated as no redrive.
+    }
+  }
+  return {
+    arn: attributes.QueueArn,
+    fifo: attributes.FifoQueue === 'true',
+    contentBasedDeduplication: attributes.ContentBasedDeduplication === 'true',
+    visibilityTimeoutMs: Number(attributes.VisibilityTimeout ?? 30) * 1000,
+    redrive,
+  };
+}

@@ -1,0 +1,17 @@
+// Explicit exports only: this list is the package's public surface.
+export { createAdapter } from './createAdapter.js';
+export type { SqsConsumerOptions } from './createSqsConsumer.js';
+export { createSqsConsumer } from './createSqsConsumer.js';
+export { diagnose } from './diagnose.js';
+export {
+  isQueueMissingError,
+  isStaleReceiptError,
+  SQS_OPERATION_FAILED,
+  SqsOperationError,
+  sqsErrorCode,
+} from './errors.js';
+export type { DeadLetterRoute, SqsAdapterOptions, SqsAdapterStats } from './SqsAdapter.js';
+export { DEAD_LETTER_ATTRIBUTES, SqsAdapter } from './SqsAdapter.js';
+export { MAX_TOTAL_VISIBILITY_MS } from './SqsDelivery.js';
+export type { QueueFacts } from './SqsQueueClient.js';
+export type { SqsBrokerConfig } from './sqsConfig.js';

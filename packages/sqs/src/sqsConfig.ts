@@ -1,0 +1,204 @@
+import type { SQSClient, SQSClientConfig } from '@aws-sdk/client-sqs';
+import { ConfigError } from '@oncely/core';
+
+/** SQS allows a visibility timeout of at most 12 hours (43,200 s). */
+export const MAX_VISIBILITY_MS = 43_200_000;
+
+/**
+ * The `broker` section of a consumer config for Amazon SQS.
+ *
+ * @example
+ * ```ts
+ * const broker: SqsBrokerConfig = {
+ *   type: 'sqs',
+ *   queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/payments',
+ *   deadLetterQueueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/payments-dlq',
+ * };
+ * ```
+ */
+export interface SqsBrokerConfig {
+  type: 'sqs';
+  /** URL of the queue to consume. */
+  queueUrl: string;
+  /**
+   * A client you built yourself (it is used as is and not destroyed on close). Its
+   * request timeout, if any, must exceed `waitTimeSeconds`.
+   * @default a new SQSClient from `endpoint`, `region` and `credentials`
+   */
+  client?: SQSClient;
+  /** Custom endpoint (LocalStack, ElasticMQ, fauxqs). @default the AWS endpoint for the region */
+  endpoint?: string;
+  /** @default the region in `queueUrl` (`sqs.<region>.…`), else the SDK's own resolution (AWS_REGION) */
+  region?: string;
+  /** @default the SDK's default credential chain */
+  credentials?: SQSClientConfig['credentials'];
+  /**
+   * Visibility timeout asked for on every receive, and how far each heartbeat pushes it.
+   * Rounded up to whole seconds; 1000 to 43200000.
+   * @default the queue's own VisibilityTimeout attribute
+   */
+  visibilityTimeoutMs?: number;
+  /** Long-poll wait per ReceiveMessage call, 0 to 20. @default 20 */
+  waitTimeSeconds?: number;
+  /** Most messages per ReceiveMessage call, 1 to 10 (also bounded by free handler slots). @default 10 */
+  maxMessages?: number;
+  /**
+   * Queue that receives dead-lettered messages (explicit send with the reason as a
+   * message attribute, then delete). @default the target of the queue's RedrivePolicy, if any
+   */
+  deadLetterQueueUrl?: string;
+}
+
+/** {@link SqsBrokerConfig} after validation, with defaults filled in. */
+export interface SqsSettings {
+  queueUrl: string;
+  client?: SQSClient;
+  endpoint?: string;
+  region?: string;
+  credentials?: SQSClientConfig['credentials'];
+  visibilityTimeoutMs?: number;
+  waitTimeSeconds: number;
+  maxMessages: number;
+  deadLetterQueueUrl?: string;
+}
+
+const KNOWN_OPTIONS = new Set([
+  'type',
+  'queueUrl',
+  'client',
+  'endpoint',
+  'region',
+  'credentials',
+  'visibilityTimeoutMs',
+  'waitTimeSeconds',
+  'maxMessages',
+  'deadLetterQueueUrl',
+]);
+
+/**
+ * Validates the `broker` section and fills in defaults. Throws a `ConfigError` naming the
+ * offending field (`broker.queueUrl`, ...). Unknown options are refused so that a typo
+ * (`queueURL`) fails at boot instead of being ignored.
+ *
+ * @example
+ * ```ts
+ * const settings = parseSqsConfig({ type: 'sqs', queueUrl, waitTimeSeconds: 5 });
+ * ```
+ */
+export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
+  if (typeof broker !== 'object' || broker === null) throw new ConfigError('broker', 'must be an object');
+  if (broker.type !== 'sqs') throw new ConfigError('broker.type', `must be 'sqs', got ${show(broker.type)}`);
+  for (const field of Object.keys(broker)) {
+    if (!KNOWN_OPTIONS.has(field)) {
+      throw new ConfigError(
+        `broker.${field}`,
+        `is not an SQS option (known: ${[...KNOWN_OPTIONS].join(', ')})`,
+      );
+    }
+  }
+  const queueUrl = url(broker.queueUrl, 'broker.queueUrl', true)!;
+  const deadLetterQueueUrl = url(broker.deadLetterQueueUrl, 'broker.deadLetterQueueUrl', false);
+  if (deadLetterQueueUrl === queueUrl) {
+    throw new ConfigError('broker.deadLetterQueueUrl', 'must differ from broker.queueUrl');
+  }
+  const endpoint = url(broker.endpoint, 'broker.endpoint', false);
+  const region = broker.region;
+  if (region !== undefined && (typeof region !== 'string' || !/^[a-z0-9-]+$/.test(region))) {
+    throw new ConfigError(
+      'broker.region',
+      `must be an AWS region name such as 'eu-west-1', got ${show(region)}`,
+    );
+  }
+  const client = broker.client;
+  if (
+    client !== undefined &&
+    (typeof client !== 'object' || client === null || typeof (client as any).send !== 'function')
+  ) {
+    throw new ConfigError('broker.client', 'must be an SQSClient from @aws-sdk/client-sqs');
+  }
+  if (client !== undefined) {
+    for (const field of ['endpoint', 'region', 'credentials'] as const) {
+      if (broker[field] !== undefined) {
+        throw new ConfigError(
+          `broker.${field}`,
+          'cannot be combined with broker.client; configure the client instead',
+        );
+      }
+    }
+  }
+  const credentials = broker.credentials;
+  if (credentials !== undefined && typeof credentials !== 'function') {
+    const c = credentials as Record<string, unknown> | null;
+    if (
+      typeof c !== 'object' ||
+      c === null ||
+      typeof c.accessKeyId !== 'string' ||
+      typeof c.secretAccessKey !== 'string'
+    ) {
+      throw new ConfigError(
+        'broker.credentials',
+        'must be { accessKeyId, secretAccessKey, sessionToken? } or a credential provider',
+      );
+    }
+  }
+  const visibilityTimeoutMs = integer(
+    broker.visibilityTimeoutMs,
+    1000,
+    MAX_VISIBILITY_MS,
+    'broker.visibilityTimeoutMs',
+  );
+  const waitTimeSeconds = integer(broker.waitTimeSeconds, 0, 20, 'broker.waitTimeSeconds') ?? 20;
+  const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages') ?? 10;
+  return {
+    queueUrl,
+    client: client as SQSClient | undefined,
+    endpoint,
+    region: (region as string | undefined) ?? (client ? undefined : regionFromQueueUrl(queueUrl)),
+    credentials: credentials as SQSClientConfig['credentials'],
+    // SQS takes whole seconds; rounding up keeps the declared lease honest.
+    visibilityTimeoutMs:
+      visibilityTimeoutMs === undefined ? undefined : Math.ceil(visibilityTimeoutMs / 1000) * 1000,
+    waitTimeSeconds,
+    maxMessages,
+    deadLetterQueueUrl,
+  };
+}
+
+/** `https://sqs.eu-west-1.amazonaws.com/…` → `eu-west-1`; undefined when the host does not say. */
+export function regionFromQueueUrl(queueUrl: string): string | undefined {
+  const match = /^sqs\.([a-z0-9-]+)\./.exec(new URL(queueUrl).hostname);
+  return match?.[1];
+}
+
+function url(value: unknown, field: string, required: boolean): string | undefined {
+  if (value === undefined && !required) return undefined;
+  if (typeof value !== 'string' || value === '')
+    throw new ConfigError(field, `must be a URL string, got ${show(value)}`);
+  let parsed: URL;
+  try {
+    parsed = new URL(value);
+  } catch (error) {
+    throw new ConfigError(field, `must be a URL, got ${show(value)}`, { cause: error });
+  }
+  if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') {
+    throw new ConfigError(field, `must be an http(s) URL, got ${show(value)}`);
+  }
+  return value;
+}
+
+function integer(value: unknown, min: number, max: number, field: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${show(value)}`);
+  }
+  return value;
+}
+
+function show(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}

@@ -1,0 +1,108 @@
+import { randomUUID } from 'node:crypto';
+import {
+  CreateQueueCommand,
+  GetQueueAttributesCommand,
+  type MessageAttributeValue,
+  ReceiveMessageCommand,
+  SendMessageBatchCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
+import { type FauxqsServer, startFauxqs } from 'fauxqs';
+
+/** fauxqs started in-process for one test file, and a client for it. */
+export interface Emulator {
+  server: FauxqsServer;
+  client: SQSClient;
+  endpoint: string;
+  /** Creates a uniquely named queue; `fifo` appends `.fifo`. */
+  createQueue(
+    prefix: string,
+    attributes?: Record<string, string>,
+    fifo?: boolean,
+  ): Promise<{ url: string; arn: string; name: string }>;
+  stop(): Promise<void>;
+}
+
+export const CREDENTIALS = { accessKeyId: 'x', secretAccessKey: 'x' };
+
+export async function startEmulator(): Promise<Emulator> {
+  const server = await startFauxqs({ port: 0, logger: false });
+  const client = new SQSClient({ endpoint: server.address, region: 'us-east-1', credentials: CREDENTIALS });
+  return {
+    server,
+    client,
+    endpoint: server.address,
+    async createQueue(prefix, attributes = {}, fifo = false) {
+      const name = `${prefix}-${randomUUID().slice(0, 8)}${fifo ? '.fifo' : ''}`;
+      const out = await client.send(
+        new CreateQueueCommand({
+          QueueName: name,
+          Attributes: fifo ? { FifoQueue: 'true', ...attributes } : attributes,
+        }),
+      );
+      const attrs = await client.send(
+        new GetQueueAttributesCommand({ QueueUrl: out.QueueUrl, AttributeNames: ['QueueArn'] }),
+      );
+      return { url: out.QueueUrl!, arn: attrs.Attributes!.QueueArn!, name };
+    },
+    async stop() {
+      client.destroy();
+      await server.stop();
+    },
+  };
+}
+
+/** Sends messages in batches of 10; `id` goes into the `message-id` attribute. */
+export async function send(
+  client: SQSClient,
+  queueUrl: string,
+  messages: Array<{
+    id?: string;
+    body: string;
+    group?: string;
+    dedup?: string;
+    attributes?: Record<string, string>;
+  }>,
+): Promise<void> {
+  for (let i = 0; i < messages.length; i += 10) {
+    const chunk = messages.slice(i, i + 10);
+    const out = await client.send(
+      new SendMessageBatchCommand({
+        QueueUrl: queueUrl,
+        Entries: chunk.map((m, j) => {
+          const attributes: Record<string, MessageAttributeValue> = {};
+          if (m.id !== undefined) attributes['message-id'] = { DataType: 'String', StringValue: m.id };
+          for (const [k, v] of Object.entries(m.attributes ?? {}))
+            attributes[k] = { DataType: 'String', StringValue: v };
+          return {
+            Id: String(j),
+            MessageBody: m.body,
+            MessageAttributes: attributes,
+            MessageGroupId: m.group,
+            MessageDeduplicationId: m.dedup,
+          };
+        }),
+      }),
+    );
+    if (out.Failed?.length) throw new Error(`send failed: ${JSON.stringify(out.Failed)}`);
+  }
+}
+
+/** Reads everything currently visible on a queue (the dead-letter queue), without deleting. */
+export async function drainVisible(client: SQSClient, queueUrl: string) {
+  const all = [];
+  for (;;) {
+    const out = await client.send(
+      new ReceiveMessageCommand({
+        QueueUrl: queueUrl,
+        MaxNumberOfMessages: 10,
+        WaitTimeSeconds: 0,
+        VisibilityTimeout: 60,
+        MessageAttributeNames: ['All'],
+        MessageSystemAttributeNames: ['All'],
+      }),
+    );
+    if (!out.Messages?.length) return all;
+    all.push(...out.Messages);
+  }
+}
