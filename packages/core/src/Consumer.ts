@@ -225,7 +225,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private async dispatch(delivery: Delivery): Promise<void> {
     if (this.state !== 'running') {
       // Prefetched after stop() began: give it back now rather than let its lease run out.
-      await this.settle('release', () => delivery.release(), { consumer: this.settings.name });
+      const event = { consumer: this.settings.name };
+      if (await this.settle('release', () => delivery.release(), event)) this.emit('released', event);
       return;
     }
     this.inFlight++;
@@ -496,7 +497,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   }
 
   private async retry(delivery: Delivery, delayMs: number, event: ConsumerEvent): Promise<void> {
-    if (await this.settle('retry', () => delivery.retryLater(delayMs), event)) {
+    if (await this.settle('retry', () => delivery.retryLater(delayMs, { attempt: event.attempt }), event)) {
       this.emit('retried', { ...event, delayMs });
     }
   }
@@ -508,7 +509,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     event: ConsumerEvent,
   ): Promise<void> {
     this.log.warn('dead-lettering message', { ...event, reason, detail });
-    if (await this.settle('dead-letter', () => delivery.deadLetter(reason, detail), event)) {
+    if (
+      await this.settle(
+        'dead-letter',
+        () => delivery.deadLetter(reason, detail, { attempt: event.attempt }),
+        event,
+      )
+    ) {
       this.emit('deadLettered', { ...event, reason });
     }
   }

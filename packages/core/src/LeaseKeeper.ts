@@ -27,7 +27,8 @@ export interface LeaseKeeperOptions {
  * It enforces its own deadlines because some brokers never report a failed renewal
  * (Pub/Sub without exactly-once delivery acks every modAck): the handler timeout, and
  * the broker's maximum total lease measured from receipt (SQS 12 h). When a renewal
- * fails or a deadline passes, `signal` aborts.
+ * fails, a deadline passes or the adapter reports the delivery lost (`Delivery.lost`),
+ * `signal` aborts.
  */
 export class LeaseKeeper {
   private readonly controller = new AbortController();
@@ -61,6 +62,17 @@ export class LeaseKeeper {
   }
 
   start(): void {
+    const { lost } = this.options.delivery;
+    if (lost) {
+      const onLost = () => {
+        if (!this.stopped)
+          this.lose(
+            new LeaseLostError('the broker can no longer settle this delivery', { cause: lost.reason }),
+          );
+      };
+      if (lost.aborted) onLost();
+      else lost.addEventListener('abort', onLost, { once: true });
+    }
     if (this.intervalMs !== undefined) this.schedule();
   }
 

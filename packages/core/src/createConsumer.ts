@@ -36,6 +36,7 @@ export async function createConsumer<TBody = unknown, Tx = SqlClient>(
     idStrategy: config.idStrategy,
     maxAttempts: config.maxAttempts ?? CONSUMER_DEFAULTS.maxAttempts,
     handlerTimeoutMs: config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
+    outageHoldMs: config.outageHoldMs ?? CONSUMER_DEFAULTS.outageHoldMs,
   });
   return new Consumer(config, adapter);
 }

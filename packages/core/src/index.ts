@@ -51,6 +51,7 @@ export type {
   MessageKey,
   OffsetStore,
   ProcessingMode,
+  SettlementInfo,
   SqlClient,
   SqlResult,
   StoreErrorKind,

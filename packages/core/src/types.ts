@@ -191,6 +191,12 @@ export interface Envelope {
   raw: unknown;
 }
 
+/** What the core knows when it settles, for adapters that record it on the broker. */
+export interface SettlementInfo {
+  /** The attempt that was just made (1-based); absent when the message had no ID. */
+  attempt?: number;
+}
+
 /**
  * One delivery of one message, with its settlement operations. The core calls exactly
  * one of `ack`, `retryLater`, `deadLetter` or `release`, after the store has committed
@@ -206,12 +212,21 @@ export interface Delivery {
    * count from here. @default the dispatch time
    */
   readonly receivedAt?: number;
+  /**
+   * Aborts when the adapter knows the delivery can no longer be settled (RabbitMQ: its
+   * channel closed and the broker requeued it). The lease keeper turns it into
+   * `ctx.signal` aborting with `LeaseLostError`, without polling.
+   */
+  readonly lost?: AbortSignal;
   /** Settles the message as done. May fail after a commit: the core logs and counts it. */
   ack(): Promise<void>;
-  /** Makes the broker deliver it again, after `delayMs` where the broker can delay. */
-  retryLater(delayMs: number): Promise<void>;
+  /**
+   * Makes the broker deliver it again, after `delayMs` where the broker can delay.
+   * `attempt` is the attempt that just failed, for brokers whose retry copies carry it.
+   */
+  retryLater(delayMs: number, info?: SettlementInfo): Promise<void>;
   /** Sends it to the dead-letter destination with the reason, then settles the original. */
-  deadLetter(reason: DeadLetterReason, detail: string): Promise<void>;
+  deadLetter(reason: DeadLetterReason, detail: string, info?: SettlementInfo): Promise<void>;
   /** Gives it back at once without it counting as a failure where the broker allows (stop, outage). */
   release(): Promise<void>;
   /**
@@ -283,6 +298,8 @@ export interface AdapterOptions {
   maxAttempts?: number;
   /** The consumer's `handlerTimeoutMs`: broker-side timeouts must sit above it. */
   handlerTimeoutMs?: number;
+  /** The consumer's `outageHoldMs`: how long a delivery may be held while the store is down. */
+  outageHoldMs?: number;
 }
 
 /** What each adapter package exports so `createConsumer` can load it by `broker.type`. */

@@ -128,3 +128,26 @@ describe('LeaseKeeper', () => {
     expect(k.signal.aborted).toBe(false);
   });
 });
+
+describe('LeaseKeeper with Delivery.lost', () => {
+  it('aborts the signal as soon as the adapter reports the delivery lost, without polling', async () => {
+    const lost = new AbortController();
+    const delivery = { ...leasedDelivery(async () => {}), extendLease: undefined, lost: lost.signal };
+    const { k, events } = keeper(delivery, { brokerLease: undefined });
+    k.start();
+    expect(k.signal.aborted).toBe(false);
+    lost.abort(new Error('channel closed'));
+    expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(events).toEqual(['lost:LeaseLostError']);
+  });
+
+  it('ignores a loss reported after the settlement', () => {
+    const lost = new AbortController();
+    const { k, events } = keeper({ ...leasedDelivery(async () => {}), lost: lost.signal });
+    k.start();
+    k.stop();
+    lost.abort();
+    expect(k.signal.aborted).toBe(false);
+    expect(events).toEqual([]);
+  });
+});

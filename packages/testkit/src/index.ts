@@ -1,7 +1,46 @@
 // Explicit exports only (no `export *`). Each file's owner adds its own lines.
-export type { AdapterFeatures, AdapterHarness, HarnessSetup, PublishedMessage, SetupOptions } from './harness.js';
+
+export type { AdapterConformanceOptions } from './adapterConformance.js';
 export { runAdapterConformance } from './adapterConformance.js';
-export { runStoreConformance } from './storeConformance.js';
-export { TcpProxy } from './TcpProxy.js';
-export { ConsumerSpy, waitFor } from './spies.js';
+export type { ChildPlan, ChildReport, CrashPoint } from './childProtocol.js';
+export type { CrashingChild } from './crashingChild.js';
+export { startCrashingChild } from './crashingChild.js';
+export type { TestkitErrorCode } from './errors.js';
+export {
+  ChildProcessError,
+  HarnessIncompleteError,
+  ServiceMissingError,
+  TestkitError,
+  WaitTimeoutError,
+} from './errors.js';
+export type {
+  DispatchRecord,
+  HeldSettlement,
+  SettlementKind,
+  SettlementRecord,
+} from './FaultInjector.js';
+export { FaultInjector } from './FaultInjector.js';
+export type {
+  AdapterFeatures,
+  AdapterHarness,
+  ChildModuleFactory,
+  ChildModuleInput,
+  ChildModuleResources,
+  HarnessSetup,
+  PublishedMessage,
+  SetupOptions,
+  StoreHandle,
+} from './harness.js';
+export { Latch } from './Latch.js';
 export { requireService } from './services.js';
+export type { EventSource, RecordedEvent, WaitForOptions } from './spies.js';
+export { ConsumerSpy, waitFor } from './spies.js';
+export type {
+  StoreConformanceOptions,
+  StoreFactory,
+  StoreFactoryOptions,
+  StoreUnderTest,
+} from './storeConformance.js';
+export { runStoreConformance } from './storeConformance.js';
+export type { TcpProxyTarget } from './TcpProxy.js';
+export { TcpProxy } from './TcpProxy.js';

@@ -1,0 +1,220 @@
+#!/usr/bin/env node
+// Throughput of the Oncely RabbitMQ consumer against a raw amqplib consume + ack loop,
+// on the same messages, in the same process. Not a test: it prints numbers.
+//
+//   npm run build && node bench/rabbitmq/run.mjs
+//
+// Environment: RABBITMQ_URL (amqp://guest:guest@127.0.0.1:5672), DATABASE_URL
+// (postgres://postgres@127.0.0.1:5432/test), BENCH_MESSAGES (10000), BENCH_CONCURRENCY
+// (prefetch of the raw loop = concurrency of the Oncely consumer, 16), BENCH_EFFECT=1 to
+// make the Oncely handler also INSERT one business row per message (default: the
+// processed marker is the only write), BENCH_QUEUE_TYPE (classic | quorum, classic).
+//
+// Both sides get the same N messages (same IDs, same bodies) published up front to a
+// queue of their own; the clock runs from the start of consumption to the last ack. The
+// raw loop parses each body and acks it: it is the floor cost of the broker. The Oncely
+// consumer runs the whole pipeline per message: ID, body decode, one PostgreSQL
+// transaction with the marker INSERT (and optional effect), commit, then the ack.
+import { randomUUID } from 'node:crypto';
+import { silentLogger } from '@oncely/core';
+import { PostgresStore } from '@oncely/postgres';
+import { assertTopology, createRabbitMqConsumer } from '@oncely/rabbitmq';
+import amqp from 'amqplib';
+import pg from 'pg';
+
+// Read through `env`: these are run-time knobs of a script, not inputs of a turbo task.
+const { env } = process;
+const RABBITMQ_URL = env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+const DATABASE_URL = env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const N = Number(env.BENCH_MESSAGES ?? 10_000);
+const CONCURRENCY = Number(env.BENCH_CONCURRENCY ?? 16);
+const WITH_EFFECT = env.BENCH_EFFECT === '1';
+const QUEUE_TYPE = env.BENCH_QUEUE_TYPE ?? 'classic';
+const WARMUP = 500;
+
+const run = randomUUID().slice(0, 8);
+const schema = `bench_rmq_${run}`;
+
+async function publishAll(channel, queue, count, prefix) {
+  for (let i = 0; i < count; i++) {
+    const body = Buffer.from(JSON.stringify({ n: i, orderId: `order-${i}`, amount: 40 }));
+    const ok = channel.sendToQueue(queue, body, {
+      messageId: `${prefix}-${i}`,
+      persistent: true,
+      contentType: 'application/json',
+    });
+    if (!ok) await new Promise((resolve) => channel.once('drain', resolve));
+    if (i % 1000 === 999) await channel.waitForConfirms();
+  }
+  await channel.waitForConfirms();
+}
+
+async function declare(channel, queue) {
+  await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': QUEUE_TYPE } });
+}
+
+/** Raw amqplib: consume with prefetch = CONCURRENCY, parse, ack. */
+async function rawLoop(connection, queue, count) {
+  const channel = await connection.createChannel();
+  await channel.prefetch(CONCURRENCY, false);
+  let done = 0;
+  const started = performance.now();
+  await new Promise((resolve, reject) => {
+    channel
+      .consume(
+        queue,
+        (msg) => {
+          JSON.parse(msg.content.toString('utf8'));
+          channel.ack(msg);
+          if (++done === count) resolve();
+        },
+        { noAck: false },
+      )
+      .catch(reject);
+  });
+  const elapsed = performance.now() - started;
+  await channel.close();
+  return elapsed;
+}
+
+/** The Oncely consumer on the same kind of queue, with the real PostgreSQL store. */
+async function oncelyLoop(store, queue, count, name) {
+  const consumer = createRabbitMqConsumer({
+    name,
+    store,
+    logger: silentLogger,
+    concurrency: CONCURRENCY,
+    broker: { url: RABBITMQ_URL, queue, queueType: QUEUE_TYPE },
+    handler: WITH_EFFECT
+      ? async (message, ctx) => {
+          await ctx.tx.query(`INSERT INTO "${schema}".payments(order_id, amount) VALUES ($1, $2)`, [
+            message.body.orderId,
+            message.body.amount,
+          ]);
+        }
+      : async () => {},
+  });
+  let done = 0;
+  let failures = 0;
+  const finished = new Promise((resolve) => {
+    const count1 = () => {
+      if (++done === count) resolve();
+    };
+    consumer.on('processed', count1);
+    consumer.on('duplicate', count1);
+  });
+  consumer.on('failed', () => failures++);
+  consumer.on('ackFailed', () => failures++);
+  const started = performance.now();
+  await consumer.start();
+  await finished;
+  const elapsed = performance.now() - started;
+  await consumer.stop();
+  if (failures > 0) throw new Error(`${failures} failures during the Oncely run`);
+  return elapsed;
+}
+
+/**
+ * The store alone: the same marker transaction per message (claim, optional effect,
+ * commit), CONCURRENCY at a time, no broker. Shows how much of the gap is PostgreSQL.
+ */
+async function storeOnly(store, count, name) {
+  let next = 0;
+  const started = performance.now();
+  const worker = async () => {
+    for (let i = next++; i < count; i = next++) {
+      await store.transaction(async (tx) => {
+        const claimed = await store.claim(tx, name, [`m-${i}`]);
+        if (claimed.size !== 1) throw new Error(`m-${i} was already claimed`);
+        if (WITH_EFFECT) {
+          await tx.query(`INSERT INTO "${schema}".payments(order_id, amount) VALUES ($1, $2)`, [
+            `order-${i}`,
+            40,
+          ]);
+        }
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  return performance.now() - started;
+}
+
+async function main() {
+  const connection = await amqp.connect(RABBITMQ_URL, {
+    clientProperties: { connection_name: `oncely-bench:${run}` },
+  });
+  const channel = await connection.createConfirmChannel();
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  await admin.query(`CREATE SCHEMA "${schema}"`);
+  await admin.query(`CREATE TABLE "${schema}".payments(order_id text NOT NULL, amount int NOT NULL)`);
+  const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY + 2 });
+  await store.migrate();
+
+  const queues = {
+    rawWarm: `bench.raw.warm.${run}`,
+    raw: `bench.raw.${run}`,
+    oncelyWarm: `bench.oncely.warm.${run}`,
+    oncely: `bench.oncely.${run}`,
+  };
+  try {
+    await declare(channel, queues.rawWarm);
+    await declare(channel, queues.raw);
+    // The Oncely queues get the topology the consumer declares (dead-letter exchange).
+    await assertTopology(channel, { queue: queues.oncelyWarm, queueType: QUEUE_TYPE });
+    await assertTopology(channel, { queue: queues.oncely, queueType: QUEUE_TYPE });
+    process.stdout.write(`publishing ${N} messages to each side (+${WARMUP} warm-up)... `);
+    await publishAll(channel, queues.rawWarm, WARMUP, 'warm');
+    await publishAll(channel, queues.oncelyWarm, WARMUP, 'warm');
+    await publishAll(channel, queues.raw, N, 'm');
+    await publishAll(channel, queues.oncely, N, 'm');
+    console.log('done');
+
+    await rawLoop(connection, queues.rawWarm, WARMUP);
+    await oncelyLoop(store, queues.oncelyWarm, WARMUP, 'bench-warmup');
+
+    const rawMs = await rawLoop(connection, queues.raw, N);
+    const storeMs = await storeOnly(store, N, 'bench-store-only');
+    const oncelyMs = await oncelyLoop(store, queues.oncely, N, 'bench');
+    const { rows } = await admin.query(
+      `SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE consumer = 'bench'`,
+    );
+    if (rows[0].n !== N) throw new Error(`expected ${N} processed markers, found ${rows[0].n}`);
+
+    const rawRate = N / (rawMs / 1000);
+    const oncelyRate = N / (oncelyMs / 1000);
+    console.log('');
+    console.log(
+      `RabbitMQ ${connection.connection.serverProperties.version}, ${QUEUE_TYPE} queue, ${N} messages, prefetch/concurrency ${CONCURRENCY}, handler: ${WITH_EFFECT ? 'one INSERT' : 'marker only'}`,
+    );
+    console.log(
+      `  raw amqplib consume+ack   ${rawMs.toFixed(0).padStart(7)} ms  ${rawRate.toFixed(0).padStart(7)} msgs/s`,
+    );
+    console.log(
+      `  Oncely + PostgreSQL       ${oncelyMs.toFixed(0).padStart(7)} ms  ${oncelyRate.toFixed(0).padStart(7)} msgs/s`,
+    );
+    const storeRate = N / (storeMs / 1000);
+    console.log(
+      `  PostgreSQL marker tx only ${storeMs.toFixed(0).padStart(7)} ms  ${storeRate.toFixed(0).padStart(7)} msgs/s`,
+    );
+    console.log(`  ratio Oncely / raw amqplib          ${(oncelyRate / rawRate).toFixed(3)}`);
+    console.log(`  ratio Oncely / marker transactions  ${(oncelyRate / storeRate).toFixed(3)}`);
+  } finally {
+    for (const queue of Object.values(queues)) await channel.deleteQueue(queue).catch(() => {});
+    for (const suffix of ['.dlq']) {
+      await channel.deleteQueue(`${queues.oncely}${suffix}`).catch(() => {});
+      await channel.deleteQueue(`${queues.oncelyWarm}${suffix}`).catch(() => {});
+    }
+    await channel.deleteExchange(`${queues.oncely}.dlx`).catch(() => {});
+    await channel.deleteExchange(`${queues.oncelyWarm}.dlx`).catch(() => {});
+    await connection.close().catch(() => {});
+    await store.close().catch(() => {});
+    await admin.query(`DROP SCHEMA "${schema}" CASCADE`).catch(() => {});
+    await admin.end();
+  }
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exitCode = 1;
+});

@@ -1,0 +1,22 @@
+/**
+ * The testkit's crash-test machinery (scenarios 5 and 6: a consumer child process
+ * SIGKILLed right after / right before its commit) run against a queue kept in a
+ * PostgreSQL table, which outlives the killed process the way a real broker does. The
+ * memory broker cannot show this (it lives in the test process); real adapters run the
+ * same two scenarios against their brokers.
+ */
+import { requireService, runAdapterConformance } from '@oncely/testkit';
+import { describe } from 'vitest';
+import { probePostgres } from './memoryHarness.js';
+import { pgQueueFeatures, pgQueueHarness } from './pgQueueHarness.js';
+
+const hasPostgres = await requireService('PostgreSQL', probePostgres);
+
+describe.skipIf(!hasPostgres)('crossProcess machinery', () => {
+  runAdapterConformance({
+    name: 'crash-test child process on a PostgreSQL-table queue',
+    features: pgQueueFeatures,
+    createHarness: () => pgQueueHarness(),
+    only: [5, 6],
+  });
+});

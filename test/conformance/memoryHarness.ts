@@ -1,0 +1,113 @@
+/**
+ * The memory broker's conformance harness (see packages/testkit/README.md for the
+ * contract): a MemoryBroker per scenario and the real PostgreSQL store in a schema per
+ * run.
+ */
+import { randomBytes } from 'node:crypto';
+import { MemoryBroker } from '@oncely/memory';
+import { PostgresStore } from '@oncely/postgres';
+import type { AdapterFeatures, AdapterHarness } from '@oncely/testkit';
+import pg from 'pg';
+
+// biome-ignore lint/suspicious/noUndeclaredEnvVars: a test-time setting, not an input of any turbo task
+export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+export const memoryFeatures: AdapterFeatures = {
+  redeliveryOnRetry: true,
+  delayedRetry: true,
+  leaseExtension: true,
+  nativeDeadLetter: true,
+  deliveryCount: true,
+  ordering: 'key',
+  competingConsumers: true,
+  serverSideDisconnect: false,
+  brokerRestart: false,
+  brokerDedup: false,
+  staleAckDetectable: true,
+  crossProcess: false,
+};
+
+/** The same database URL with the host and port of the TCP proxy. */
+function viaProxy(port: number): string {
+  const url = new URL(DATABASE_URL);
+  url.hostname = '127.0.0.1';
+  url.port = String(port);
+  return url.href;
+}
+
+export function memoryHarness(): AdapterHarness {
+  // One schema per run of this file, dropped only when every scenario passed.
+  const schema = `oncely_memory_conformance_${randomBytes(4).toString('hex')}`;
+  const database = new URL(DATABASE_URL);
+  return {
+    brokerType: 'memory',
+    databaseAddress: { host: database.hostname, port: Number(database.port || 5432) },
+    async createStore() {
+      const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
+      await store.migrate();
+      return {
+        store,
+        async cleanup(outcome) {
+          if (outcome?.passed) {
+            await store.transaction(async (tx) => {
+              await tx.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+            });
+          }
+          await store.close();
+        },
+      };
+    },
+    async createStoreVia(port) {
+      // Short connect timeout: while the proxy is cut, connecting is refused at once anyway.
+      const store = new PostgresStore({ connectionString: viaProxy(port), schema, connectTimeoutMs: 2000 });
+      return { store, cleanup: () => store.close() };
+    },
+    async setup({ name, leaseMs, maxDeliveries, ordered }) {
+      // A broker per scenario: nothing leaks between scenarios.
+      const broker = new MemoryBroker();
+      const queue = name;
+      broker.createQueue(queue, {
+        visibilityTimeoutMs: leaseMs ?? 30_000,
+        ...(maxDeliveries === undefined ? {} : { maxDeliveries }),
+        fifo: ordered === true,
+      });
+      return {
+        async publish(messages) {
+          for (const message of messages) {
+            await broker.send(queue, {
+              ...(message.id === undefined ? {} : { id: message.id }),
+              // The memory broker passes values through; a raw string is what a JSON consumer must parse.
+              body: message.rawBody ?? message.body,
+              ...(message.attributes ? { attributes: message.attributes } : {}),
+              ...(ordered && message.orderingKey ? { groupId: message.orderingKey } : {}),
+            });
+          }
+        },
+        brokerConfig: (overrides) => ({ type: 'memory', broker, queue, pollWaitMs: 5_000, ...overrides }),
+        deadLetters: async () =>
+          broker.deadLetters(queue).map((d) => ({ id: d.producerMessageId, reason: d.reason })),
+        backlog: async () => {
+          const stats = broker.stats(queue);
+          return stats.visible + stats.inFlight + stats.delayed;
+        },
+        async forceRedelivery(id) {
+          broker.forceRedelivery(queue, id);
+        },
+        async teardown() {
+          broker.close();
+        },
+      };
+    },
+  };
+}
+
+/** Resolves when PostgreSQL answers (the probe for requireService). */
+export async function probePostgres(): Promise<void> {
+  const client = new pg.Client({ connectionString: DATABASE_URL, connectionTimeoutMillis: 3000 });
+  await client.connect();
+  try {
+    await client.query('SELECT 1');
+  } finally {
+    await client.end();
+  }
+}

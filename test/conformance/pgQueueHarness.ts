@@ -1,0 +1,79 @@
+/**
+ * Harness of the PostgreSQL-table queue (fixtures/pgQueue.mjs): a broker that outlives a
+ * killed process, for the testkit's crossProcess scenarios.
+ */
+import { randomBytes } from 'node:crypto';
+import { PostgresStore } from '@oncely/postgres';
+import type { AdapterFeatures, AdapterHarness } from '@oncely/testkit';
+import { PgQueueClient, pgQueueModule } from './fixtures/pgQueue.mjs';
+import { DATABASE_URL } from './memoryHarness.js';
+
+export const pgQueueFeatures: AdapterFeatures = {
+  redeliveryOnRetry: true,
+  delayedRetry: true,
+  leaseExtension: true,
+  nativeDeadLetter: false,
+  deliveryCount: true,
+  ordering: 'none',
+  competingConsumers: true,
+  serverSideDisconnect: false,
+  brokerRestart: false,
+  brokerDedup: false,
+  staleAckDetectable: true,
+  crossProcess: true,
+};
+
+/** `childModule` defaults to fixtures/pgQueueChild.mjs. */
+export function pgQueueHarness(
+  childModule = new URL('./fixtures/pgQueueChild.mjs', import.meta.url).href,
+): AdapterHarness {
+  const tag = randomBytes(4).toString('hex');
+  const schema = `oncely_crossprocess_${tag}`;
+  return {
+    brokerType: 'memory',
+    childModule,
+    loadAdapter: async () => pgQueueModule,
+    async createStore() {
+      const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
+      await store.migrate();
+      return {
+        store,
+        childConfig: { connectionString: DATABASE_URL, schema },
+        async cleanup(outcome) {
+          if (outcome?.passed) {
+            await store.transaction(async (tx) => {
+              await tx.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+            });
+          }
+          await store.close();
+        },
+      };
+    },
+    async setup({ name, leaseMs }) {
+      // The queue table lives in the store's schema, so it goes when the schema does.
+      const table = `"${schema}"."queue_${name.replace(/[^a-z0-9]/gi, '_')}"`;
+      const client = new PgQueueClient(DATABASE_URL, table);
+      await client.create();
+      const lease = leaseMs ?? 5_000;
+      return {
+        leaseMs: lease,
+        async publish(messages) {
+          for (const message of messages) {
+            await client.publish(message.id, message.rawBody ?? JSON.stringify(message.body));
+          }
+        },
+        brokerConfig: (overrides) => ({
+          type: 'memory',
+          connectionString: DATABASE_URL,
+          table,
+          leaseMs: lease,
+          ...overrides,
+        }),
+        deadLetters: () => client.deadLetters(),
+        backlog: () => client.backlog(),
+        forceRedelivery: (id) => client.forceRedelivery(id),
+        teardown: () => client.close(),
+      };
+    },
+  };
+}
