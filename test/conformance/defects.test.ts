@@ -281,7 +281,6 @@ const CHILD_DEFECTS: Record<string, number[]> = {
   'cp-marker-first': [6],
 };
 
-// biome-ignore lint/suspicious/noUndeclaredEnvVars: a test-time setting, not an input of any turbo task
 const name = process.env.ONCELY_DEFECT;
 const defect = name ? DEFECTS[name] : undefined;
 const childDefect = name ? CHILD_DEFECTS[name] : undefined;

@@ -9,7 +9,6 @@ import { PostgresStore } from '@oncely/postgres';
 import type { AdapterFeatures, AdapterHarness } from '@oncely/testkit';
 import pg from 'pg';
 
-// biome-ignore lint/suspicious/noUndeclaredEnvVars: a test-time setting, not an input of any turbo task
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
 export const memoryFeatures: AdapterFeatures = {

@@ -1,4 +1,4 @@
-import type { Logger, SqlClient } from '@oncely/core';
+import type { Logger, SqlClient, SqlResult } from '@oncely/core';
 import { StoreUnavailableError } from '@oncely/core';
 import { classifyPostgresError, markStoreConnectionHealthy } from '../classifyError.js';
 import { DriverNotInstalledError } from '../errors.js';
@@ -118,6 +118,15 @@ export class PgDriver implements StoreDriver {
     }
   }
 
+  async statement<R = Record<string, unknown>>(
+    text: string,
+    params: readonly unknown[],
+  ): Promise<SqlResult<R>> {
+    const { watch, result } = await this.checkout<R>(text, params);
+    watch.release(false);
+    return result;
+  }
+
   async ping(): Promise<void> {
     const { watch } = await this.checkout('SELECT 1');
     watch.release(false);
@@ -129,13 +138,16 @@ export class PgDriver implements StoreDriver {
    * first statement has done nothing, so it is destroyed and another is tried, up to
    * once per pooled connection plus one fresh one.
    */
-  private async checkout(first: string): Promise<{ client: PgPoolClientLike; watch: ClientWatch }> {
+  private async checkout<R = Record<string, unknown>>(
+    first: string,
+    params?: readonly unknown[],
+  ): Promise<{ client: PgPoolClientLike; watch: ClientWatch; result: SqlResult<R> }> {
     for (let attempt = 1; ; attempt++) {
       const client = await this.connect();
       const watch = watchClient(client);
       try {
-        await client.query(first);
-        return { client, watch };
+        const result = (await (params ? client.query(first, params) : client.query(first))) as SqlResult<R>;
+        return { client, watch, result };
       } catch (error) {
         const dead = watch.lost !== undefined || classifyPostgresError(error) === 'unavailable';
         watch.release(true);

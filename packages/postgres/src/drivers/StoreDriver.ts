@@ -1,4 +1,4 @@
-import type { SqlClient } from '@oncely/core';
+import type { SqlClient, SqlResult } from '@oncely/core';
 
 /**
  * How the store reaches PostgreSQL: a `pg` pool, PGlite, or the caller's own
@@ -17,6 +17,11 @@ export interface StoreDriver {
     work: (client: SqlClient) => Promise<T>,
     lockTimeoutMs: number | undefined,
   ): Promise<T>;
+  /**
+   * Runs one statement on its own, committed by the server (autocommit): one round trip
+   * instead of three. Absent where every statement must go through `transaction`.
+   */
+  statement?<R = Record<string, unknown>>(text: string, params: readonly unknown[]): Promise<SqlResult<R>>;
   /** One cheap round trip; rejects with `StoreUnavailableError` when the database does not answer. */
   ping(): Promise<void>;
   /** Releases what the driver owns (a pool it created, a PGlite it started). */

@@ -1,0 +1,216 @@
+// Kafka benchmark: the @oncely/kafka adapter (one store transaction per record, the
+// processed-ID claim, the advisory attempt counter, commits after each batch) against
+// raw kafkajs eachBatch loops in the same process, on the same broker and database:
+//
+//   raw            eachBatch, resolveOffset per record, commit per batch, no database
+//   raw+tx         the same plus one bare INSERT transaction per record (the effect alone)
+//   oncely         createKafkaConsumer, mode 'transactional' (ID table)
+//   oncely-offsets createKafkaConsumer, mode 'offsets'
+//
+// Reported as records/s and as ratios against raw+tx (the fair baseline: the same effect,
+// without the guarantee). The core has no batch path yet (`batch: { size }` in DESIGN §3
+// is not implemented), so every Oncely run is one transaction per record; a batched run
+// will be added when the core gets one.
+//
+//   node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4]
+//
+// Needs PostgreSQL (DATABASE_URL) and a Kafka broker (KAFKA_BROKERS, default
+// 127.0.0.1:19092; started with test/emulators/kafka/start.sh when nothing answers there).
+// A benchmark, not a test: it prints numbers and checks only that every record arrived.
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { silentLogger } from '@oncely/core';
+import { createKafkaConsumer } from '@oncely/kafka';
+import { PostgresStore } from '@oncely/postgres';
+import kafkajs from 'kafkajs';
+import pg from 'pg';
+
+const { Kafka, logLevel } = kafkajs;
+process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
+
+const { values: args } = parseArgs({
+  options: {
+    messages: { type: 'string', default: '5000' },
+    partitions: { type: 'string', default: '4' },
+    concurrency: { type: 'string', default: '4' },
+  },
+});
+const N = Number(args.messages);
+const PARTITIONS = Number(args.partitions);
+const CONCURRENCY = Number(args.concurrency);
+const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const emulator = fileURLToPath(new URL('../../test/emulators/kafka/', import.meta.url));
+let brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:19092').split(',');
+const tag = randomBytes(3).toString('hex');
+
+async function reachable(list) {
+  const admin = new Kafka({
+    brokers: list,
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 0 },
+    connectionTimeout: 1000,
+  }).admin();
+  try {
+    await admin.connect();
+    await admin.listTopics();
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await admin.disconnect().catch(() => {});
+  }
+}
+
+let startedBroker = false;
+if (!(await reachable(brokers))) {
+  console.error('no broker answers; starting test/emulators/kafka/start.sh ...');
+  const started = spawnSync('bash', [`${emulator}start.sh`], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  if (started.status !== 0) process.exit(1);
+  brokers = [/KAFKA_BROKERS=(\S+)/.exec(started.stdout)?.[1] ?? '127.0.0.1:19092'];
+  startedBroker = true;
+}
+
+const kafka = new Kafka({ clientId: 'oncely-bench', brokers, logLevel: logLevel.NOTHING });
+const admin = kafka.admin();
+const producer = kafka.producer();
+await Promise.all([admin.connect(), producer.connect()]);
+const pool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY + 2 });
+const schema = `oncely_kafka_bench_${tag}`;
+await pool.query(`CREATE SCHEMA "${schema}"`);
+await pool.query(`CREATE TABLE "${schema}".effects (message_id text NOT NULL, n integer)`);
+
+/** A topic with N records spread over the partitions, each with a message-id header. */
+async function fillTopic(name) {
+  const topic = `bench-${name}-${tag}`;
+  await admin.createTopics({ topics: [{ topic, numPartitions: PARTITIONS }], waitForLeaders: true });
+  const value = JSON.stringify({ orderId: 'o-1', amount: 40, note: 'x'.repeat(100) });
+  for (let start = 0; start < N; start += 1000) {
+    const messages = [];
+    for (let n = start; n < Math.min(N, start + 1000); n++) {
+      messages.push({ value, partition: n % PARTITIONS, headers: { 'message-id': `${name}-${n}` } });
+    }
+    await producer.send({ topic, acks: -1, messages });
+  }
+  return topic;
+}
+
+function timer() {
+  let first;
+  let count = 0;
+  let resolveDone;
+  const done = new Promise((resolve) => (resolveDone = resolve));
+  return {
+    tick() {
+      first ??= performance.now();
+      if (++count === N) resolveDone(performance.now());
+    },
+    async elapsed() {
+      const end = await done;
+      return end - first;
+    },
+  };
+}
+
+async function rawLoop(name, withTransaction) {
+  const topic = await fillTopic(name);
+  const clock = timer();
+  const consumer = kafka.consumer({ groupId: `bench-${name}-${tag}`, maxWaitTimeInMs: 200 });
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  await consumer.run({
+    autoCommit: false,
+    eachBatchAutoResolve: false,
+    partitionsConsumedConcurrently: CONCURRENCY,
+    eachBatch: async ({ batch, resolveOffset, heartbeat }) => {
+      for (const message of batch.messages) {
+        if (withTransaction) {
+          const client = await pool.connect();
+          try {
+            await client.query('BEGIN');
+            await client.query(`INSERT INTO "${schema}".effects (message_id, n) VALUES ($1, $2)`, [
+              message.headers['message-id'].toString(),
+              40,
+            ]);
+            await client.query('COMMIT');
+          } finally {
+            client.release();
+          }
+        }
+        resolveOffset(message.offset);
+        clock.tick();
+        await heartbeat();
+      }
+      await consumer.commitOffsets([
+        { topic, partition: batch.partition, offset: String(Number(batch.lastOffset()) + 1) },
+      ]);
+    },
+  });
+  const ms = await clock.elapsed();
+  await consumer.disconnect();
+  return ms;
+}
+
+async function oncely(name, mode) {
+  const topic = await fillTopic(name);
+  const store = new PostgresStore({
+    connectionString: DATABASE_URL,
+    schema: `${schema}_store`,
+    poolMax: CONCURRENCY + 2,
+  });
+  await store.migrate();
+  const clock = timer();
+  const consumer = createKafkaConsumer({
+    name: `bench-${name}-${tag}`,
+    broker: { brokers, topic, fromBeginning: true, maxWaitTimeInMs: 200 },
+    store,
+    mode,
+    concurrency: CONCURRENCY,
+    logger: silentLogger,
+    handler: async (message, ctx) => {
+      await ctx.tx.query(`INSERT INTO "${schema}".effects (message_id, n) VALUES ($1, $2)`, [message.id, 40]);
+    },
+  });
+  consumer.on('processed', () => clock.tick());
+  await consumer.start();
+  const ms = await clock.elapsed();
+  await consumer.stop();
+  await store.close();
+  return ms;
+}
+
+const results = [];
+try {
+  for (const [label, run] of [
+    ['raw', () => rawLoop('raw', false)],
+    ['raw+tx', () => rawLoop('rawtx', true)],
+    ['oncely', () => oncely('oncely', 'transactional')],
+    ['oncely-offsets', () => oncely('offsets', 'offsets')],
+  ]) {
+    const ms = await run();
+    results.push({ label, ms, perSecond: Math.round((N / ms) * 1000) });
+    console.error(`${label}: ${N} records in ${ms.toFixed(0)} ms`);
+  }
+} finally {
+  await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
+  await pool.query(`DROP SCHEMA IF EXISTS "${schema}_store" CASCADE`).catch(() => {});
+  await pool.end();
+  await Promise.allSettled([admin.disconnect(), producer.disconnect()]);
+  if (startedBroker) spawnSync('bash', [`${emulator}stop.sh`], { stdio: 'inherit' });
+}
+
+const baseline = results.find((r) => r.label === 'raw+tx');
+console.log(`\nKafka, ${N} records, ${PARTITIONS} partitions, concurrency ${CONCURRENCY}`);
+console.log('run              records/s   vs raw+tx');
+for (const r of results) {
+  console.log(
+    `${r.label.padEnd(16)} ${String(r.perSecond).padStart(9)}   ${(r.perSecond / baseline.perSecond).toFixed(2)}×`,
+  );
+}
+console.log(
+  JSON.stringify({ bench: 'kafka', messages: N, partitions: PARTITIONS, concurrency: CONCURRENCY, results }),
+);

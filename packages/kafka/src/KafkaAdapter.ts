@@ -1,0 +1,616 @@
+import {
+  type AdapterLease,
+  type AdapterRuntime,
+  type BrokerAdapter,
+  type BrokerConfig,
+  type DeadLetterReason,
+  type Delivery,
+  type IdStrategy,
+  LeaseLostError,
+  type Logger,
+} from '@oncely/core';
+import type {
+  Admin,
+  Batch,
+  ConsumerCrashEvent,
+  ConsumerGroupJoinEvent,
+  EachBatchPayload,
+  Kafka as KafkaClient,
+  Consumer as KafkaConsumer,
+  KafkaMessage,
+  Producer,
+} from 'kafkajs';
+import kafkajs from 'kafkajs';
+import { type ResolvedKafkaConfig, resolveKafkaConfig } from './config.js';
+import { deadLetterRecord } from './deadLetter.js';
+import { toEnvelope } from './envelope.js';
+import { KafkaTopicMissingError } from './errors.js';
+import { kafkaLogCreator } from './kafkaLogger.js';
+
+const { Kafka, logLevel } = kafkajs;
+
+/** How one dispatched record ended, from the adapter's side. */
+type Settlement =
+  /** Acked or dead-lettered: its offset may be committed. */
+  | { kind: 'done' }
+  /** Deliver it again after `delayMs`, the partition blocked meanwhile. */
+  | { kind: 'retry'; delayMs: number }
+  /** Given back (stop, store outage): not committed, fetched again. */
+  | { kind: 'release' }
+  /** The core settled nothing (a settle call failed): fetched again after a pause. */
+  | { kind: 'unsettled' };
+
+/**
+ * One group generation as this member saw it (one per `GROUP_JOIN`). kafkajs rejoins
+ * only after every running `eachBatch` returned, so a batch belongs to exactly one
+ * generation from start to end.
+ */
+interface Generation {
+  readonly id: number;
+  /** Partitions of our topic assigned to this member in this generation. */
+  readonly partitions: ReadonlySet<number>;
+  /** Next offsets this generation committed, per partition. */
+  readonly committed: Map<number, bigint>;
+  /** `offsets` mode: the stored next offsets read at assignment (empty otherwise). */
+  storedOffsets: Promise<Map<number, string>>;
+  /** A heartbeat reported a rebalance: end batches so kafkajs can rejoin. */
+  rebalancing?: unknown;
+  /** A heartbeat reported that this member is out of the group: nothing may be committed. */
+  lost?: unknown;
+}
+
+/** A record the core left unsettled comes back after this pause (no hot loop on a failing DLQ). */
+const UNSETTLED_REDELIVERY_MS = 1000;
+/** Longest `close()` waits for running batches to commit and return. */
+const CLOSE_WAIT_MS = 30_000;
+/** Rebuild delays after a crash kafkajs does not restart from itself. */
+const REBUILD_MIN_MS = 1000;
+const REBUILD_MAX_MS = 30_000;
+
+/**
+ * The Kafka adapter (kafkajs 2.2.x). A consumer group consumed with `eachBatch`,
+ * `eachBatchAutoResolve: false` and `autoCommit: false`, so no offset is resolved or
+ * committed for a record whose store transaction has not committed.
+ *
+ * - Records of one partition are dispatched one at a time, in offset order; partitions
+ *   run concurrently (`partitionsConsumedConcurrently`, default the consumer's concurrency).
+ * - A partition's committed offset only ever moves to the end of its done prefix: a
+ *   record that is not done (retry, release) blocks the partition and is fetched again.
+ * - Retries are in place: the partition is paused for the backoff delay and the record
+ *   fetched again, so later records of that partition wait (ordering), others go on.
+ * - kafkajs sends heartbeats only when asked: `extendLease` sends one, and the core's
+ *   lease keeper calls it while a handler runs.
+ * - Dead letters are produced to `<topic>.dlq` (headers carry the reason) before the
+ *   offset is committed.
+ *
+ * @example
+ * ```ts
+ * const adapter = new KafkaAdapter({ type: 'kafka', brokers: ['localhost:9092'], topic: 'orders' }, { consumerName: 'orders', log });
+ * const consumer = new Consumer({ name: 'orders', broker: { type: 'kafka', brokers: ['localhost:9092'], topic: 'orders' }, store, handler }, adapter);
+ * ```
+ */
+export class KafkaAdapter implements BrokerAdapter {
+  readonly type = 'kafka';
+  readonly lease: AdapterLease;
+  readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
+  /** The checked config with defaults applied. */
+  readonly config: ResolvedKafkaConfig;
+
+  private readonly consumerName: string;
+  private readonly log: Logger;
+  private runtime: AdapterRuntime | undefined;
+  private kafka: KafkaClient | undefined;
+  private consumer: KafkaConsumer | undefined;
+  private producer: Producer | undefined;
+  private admin: Admin | undefined;
+  private generation: Generation;
+  private generationCount = 0;
+  private lastHeartbeatAt = 0;
+  private stopRequested = false;
+  private closed = false;
+  private readonly activeBatches = new Set<Promise<void>>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private rebuildDelayMs = REBUILD_MIN_MS;
+
+  constructor(broker: BrokerConfig, options: { consumerName: string; log: Logger }) {
+    this.config = resolveKafkaConfig(broker, options.consumerName);
+    this.consumerName = options.consumerName;
+    this.log = options.log;
+    // The keeper renews at half of extendByMs: a heartbeat every third of the session.
+    this.lease = { extendByMs: Math.floor((this.config.sessionTimeout * 2) / 3) };
+    this.generation = this.newGeneration(new Set());
+  }
+
+  async start(runtime: AdapterRuntime): Promise<void> {
+    this.runtime = runtime;
+    const { config } = this;
+    this.kafka = new Kafka({
+      clientId: config.clientId,
+      brokers: config.brokers,
+      connectionTimeout: config.connectionTimeout,
+      requestTimeout: config.requestTimeout,
+      ssl: config.ssl as never,
+      sasl: config.sasl as never,
+      logLevel: logLevel.WARN,
+      logCreator: kafkaLogCreator(runtime.log),
+    });
+    this.admin = this.kafka.admin();
+    await this.admin.connect();
+    const partitions = await this.topicPartitionCount(config.topic);
+    await this.ensureDeadLetterTopic(partitions);
+    // Idempotent: a retried send after a lost acknowledgement does not write the dead letter twice.
+    this.producer = this.kafka.producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      allowAutoTopicCreation: false,
+    });
+    await this.producer.connect();
+    await this.startConsumer();
+  }
+
+  /** Stops dispatching: running batches end after their current record and commit what is done. */
+  async stop(): Promise<void> {
+    this.stopRequested = true;
+  }
+
+  /** Waits for running batches to commit, then leaves the group and disconnects. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.stopRequested = true;
+    await waitAtMost(Promise.allSettled([...this.activeBatches]), CLOSE_WAIT_MS);
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
+    const errors: unknown[] = [];
+    // disconnect() leaves the group (LeaveGroup), so the partitions move at once.
+    for (const client of [this.consumer, this.producer, this.admin]) {
+      await client?.disconnect().catch((error: unknown) => errors.push(error));
+    }
+    if (errors.length > 0) this.log.warn('kafka: errors while disconnecting', { error: errors[0] });
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Setup
+  // ------------------------------------------------------------------------------------
+
+  private async topicPartitionCount(topic: string): Promise<number> {
+    try {
+      const metadata = await this.admin!.fetchTopicMetadata({ topics: [topic] });
+      return metadata.topics[0]?.partitions.length ?? 0;
+    } catch (error) {
+      if ((error as { type?: string }).type === 'UNKNOWN_TOPIC_OR_PARTITION') {
+        throw new KafkaTopicMissingError(topic, `Kafka topic '${topic}' does not exist (broker.topic)`, {
+          cause: error,
+        });
+      }
+      throw error;
+    }
+  }
+
+  private async ensureDeadLetterTopic(partitions: number): Promise<void> {
+    const { deadLetterTopic, createDeadLetterTopic } = this.config;
+    const existing = await this.admin!.listTopics();
+    if (existing.includes(deadLetterTopic)) return;
+    if (!createDeadLetterTopic) {
+      throw new KafkaTopicMissingError(
+        deadLetterTopic,
+        `dead-letter topic '${deadLetterTopic}' does not exist; create it or set broker.createDeadLetterTopic`,
+      );
+    }
+    try {
+      await this.admin!.createTopics({
+        topics: [{ topic: deadLetterTopic, numPartitions: Math.max(1, partitions) }],
+        waitForLeaders: true,
+      });
+    } catch (error) {
+      // Another consumer of the group created it at the same moment.
+      if ((error as { type?: string }).type === 'TOPIC_ALREADY_EXISTS') return;
+      throw new KafkaTopicMissingError(
+        deadLetterTopic,
+        `dead-letter topic '${deadLetterTopic}' does not exist and could not be created: create it or set broker.deadLetterTopic`,
+        { cause: error },
+      );
+    }
+  }
+
+  private async startConsumer(): Promise<void> {
+    const { config } = this;
+    const consumer = this.kafka!.consumer({
+      groupId: config.groupId,
+      sessionTimeout: config.sessionTimeout,
+      heartbeatInterval: config.heartbeatInterval,
+      rebalanceTimeout: config.rebalanceTimeout,
+      maxWaitTimeInMs: config.maxWaitTimeInMs,
+      ...(config.maxBytesPerPartition ? { maxBytesPerPartition: config.maxBytesPerPartition } : {}),
+      allowAutoTopicCreation: false,
+    });
+    consumer.on(consumer.events.GROUP_JOIN, (event) => this.onGroupJoin(consumer, event));
+    consumer.on(consumer.events.HEARTBEAT, () => {
+      this.lastHeartbeatAt = Date.now();
+    });
+    consumer.on(consumer.events.CRASH, (event) => this.onCrash(consumer, event));
+    this.consumer = consumer;
+    await consumer.connect();
+    await consumer.subscribe({ topics: [config.topic], fromBeginning: config.fromBeginning });
+    await consumer.run({
+      autoCommit: false,
+      // kafkajs would otherwise resolve batch.lastOffset() whenever eachBatch returns,
+      // committing records that never ran.
+      eachBatchAutoResolve: false,
+      partitionsConsumedConcurrently: config.partitionsConsumedConcurrently ?? this.runtime!.concurrency,
+      eachBatch: (payload) => this.trackBatch(payload),
+    });
+  }
+
+  private newGeneration(partitions: ReadonlySet<number>): Generation {
+    return {
+      id: ++this.generationCount,
+      partitions,
+      committed: new Map(),
+      storedOffsets: Promise.resolve(new Map()),
+    };
+  }
+
+  /**
+   * kafkajs has no rebalance listener; GROUP_JOIN (emitted synchronously after
+   * SyncGroup, before the first fetch) is the nearest hook.
+   */
+  private onGroupJoin(consumer: KafkaConsumer, event: ConsumerGroupJoinEvent): void {
+    const assigned = event.payload.memberAssignment[this.config.topic] ?? [];
+    const generation = this.newGeneration(new Set(assigned));
+    this.generation = generation;
+    this.lastHeartbeatAt = Date.now();
+    this.rebuildDelayMs = REBUILD_MIN_MS;
+    this.log.info('kafka: partitions assigned', {
+      consumer: this.consumerName,
+      topic: this.config.topic,
+      partitions: assigned,
+    });
+    if (this.runtime?.mode === 'offsets' && assigned.length > 0) {
+      // The read is asynchronous and kafkajs fetches at once, so the first batches may
+      // come before it lands: they wait for it (processBatch), and the conditional
+      // upsert in the transaction is what guarantees correctness either way.
+      generation.storedOffsets = this.seekToStoredOffsets(consumer, generation);
+    }
+  }
+
+  /**
+   * `offsets` mode: seek each assigned partition to the stored next offset when it is
+   * ahead of the group's committed offset (our Kafka commits trail the store). Never
+   * seeks backwards: records dead-lettered or skipped never advanced the stored offset.
+   */
+  private async seekToStoredOffsets(
+    consumer: KafkaConsumer,
+    generation: Generation,
+  ): Promise<Map<number, string>> {
+    const { topic, groupId } = this.config;
+    try {
+      const stored = await this.runtime!.store.offsets!.read(this.consumerName, topic);
+      const committed = await this.admin!.fetchOffsets({ groupId, topics: [topic] });
+      const committedBy = new Map(committed[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]) ?? []);
+      for (const partition of generation.partitions) {
+        const next = stored.get(partition);
+        if (next === undefined || generation !== this.generation) continue;
+        if (BigInt(next) > (committedBy.get(partition) ?? -1n)) {
+          consumer.seek({ topic, partition, offset: next });
+          this.log.debug('kafka: seek to stored offset', {
+            consumer: this.consumerName,
+            topic,
+            partition,
+            offset: next,
+          });
+        }
+      }
+      return stored;
+    } catch (error) {
+      this.runtime!.reportError(
+        error,
+        'offsets mode: could not read stored offsets at assignment; records already applied are skipped by the conditional upsert',
+      );
+      return new Map();
+    }
+  }
+
+  private onCrash(consumer: KafkaConsumer, event: ConsumerCrashEvent): void {
+    const { error, restart } = event.payload;
+    this.runtime?.reportError(
+      error,
+      restart ? 'kafka consumer crashed; kafkajs restarts it' : 'kafka consumer crashed',
+    );
+    if (restart || this.stopRequested || consumer !== this.consumer) return;
+    // kafkajs gives up on errors it deems non-retriable; a consumer must not stay dead
+    // (a broker restart can surface as one), so build a new client after a pause.
+    const delay = this.rebuildDelayMs;
+    this.rebuildDelayMs = Math.min(REBUILD_MAX_MS, this.rebuildDelayMs * 2);
+    this.schedule(delay, async () => {
+      if (this.stopRequested || consumer !== this.consumer) return;
+      await consumer.disconnect().catch(() => {});
+      try {
+        await this.startConsumer();
+      } catch (startError) {
+        this.onCrash(this.consumer!, {
+          payload: { error: startError as Error, groupId: this.config.groupId, restart: false },
+        } as ConsumerCrashEvent);
+      }
+    });
+  }
+
+  private schedule(delayMs: number, action: () => unknown): void {
+    const timer = setTimeout(() => {
+      this.timers.delete(timer);
+      void action();
+    }, delayMs);
+    this.timers.add(timer);
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Batches
+  // ------------------------------------------------------------------------------------
+
+  private trackBatch(payload: EachBatchPayload): Promise<void> {
+    const run = this.processBatch(payload);
+    const tracked = run.catch(() => {});
+    this.activeBatches.add(tracked);
+    void tracked.finally(() => this.activeBatches.delete(tracked));
+    return run;
+  }
+
+  private async processBatch(payload: EachBatchPayload): Promise<void> {
+    const { batch, resolveOffset, isStale, isRunning } = payload;
+    const generation = this.generation;
+    const runtime = this.runtime!;
+    if (batch.topic !== this.config.topic) return;
+    const { partition } = batch;
+    const heartbeat = () => this.heartbeat(payload, generation);
+    const mustLeave = () =>
+      this.stopRequested ||
+      !isRunning() ||
+      isStale() ||
+      generation !== this.generation ||
+      generation.rebalancing !== undefined ||
+      generation.lost !== undefined;
+
+    let storedNext: bigint | undefined;
+    if (runtime.mode === 'offsets') {
+      const stored = (await generation.storedOffsets).get(partition);
+      if (stored !== undefined) storedNext = BigInt(stored);
+    }
+    /** Next offset after the records of this batch that are done (the commit point). */
+    let doneNext: bigint | undefined;
+    let lastCommitAt = Date.now();
+    try {
+      for (const message of batch.messages) {
+        if (mustLeave()) break;
+        const offset = BigInt(message.offset);
+        if (storedNext !== undefined && offset < storedNext) {
+          // offsets mode: an earlier owner applied it (its transaction stored a later next offset).
+          resolveOffset(message.offset);
+          doneNext = offset + 1n;
+          continue;
+        }
+        if (!(await this.waitForSlot(heartbeat)) || mustLeave()) break;
+        const settlement = await this.deliver(batch, message, payload, generation);
+        if (settlement.kind !== 'done') {
+          this.holdPartition(settlement, payload);
+          break;
+        }
+        resolveOffset(message.offset);
+        doneNext = offset + 1n;
+        await heartbeat();
+        if (Date.now() - lastCommitAt >= this.config.commitIntervalMs) {
+          await this.commit(generation, partition, doneNext, isStale);
+          lastCommitAt = Date.now();
+        }
+      }
+    } finally {
+      if (doneNext !== undefined) await this.commit(generation, partition, doneNext, isStale);
+    }
+    // Hand kafkajs the group error it needs to see to rejoin now, rather than after its
+    // next throttled heartbeat.
+    const groupError = generation.lost ?? generation.rebalancing;
+    if (groupError !== undefined && generation === this.generation && !this.stopRequested) throw groupError;
+  }
+
+  /**
+   * Not done: the partition must not move past this record. kafkajs fetches from the
+   * last resolved offset, which is this record, once the partition is resumed.
+   */
+  private holdPartition(settlement: Settlement, payload: EachBatchPayload): void {
+    const delayMs =
+      settlement.kind === 'retry'
+        ? settlement.delayMs
+        : settlement.kind === 'unsettled'
+          ? UNSETTLED_REDELIVERY_MS
+          : 0;
+    if (delayMs <= 0 || this.stopRequested) return;
+    const resume = payload.pause();
+    this.schedule(delayMs, resume);
+  }
+
+  /**
+   * Waits until the core takes work (it holds new work back while the store is down),
+   * heartbeating meanwhile so the group keeps this member. False once stopping.
+   */
+  private async waitForSlot(heartbeat: () => Promise<void>): Promise<boolean> {
+    const ready = this.runtime!.whenReady();
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const tick = new Promise<'tick'>((resolve) => {
+        timer = setTimeout(() => resolve('tick'), this.config.heartbeatInterval);
+      });
+      const result = await Promise.race([ready, tick]);
+      clearTimeout(timer);
+      if (result !== 'tick') return result > 0;
+      if (this.stopRequested) return false;
+      await heartbeat();
+    }
+  }
+
+  private async deliver(
+    batch: Batch,
+    message: KafkaMessage,
+    payload: EachBatchPayload,
+    generation: Generation,
+  ): Promise<Settlement> {
+    let settlement: Settlement | undefined;
+    let open = true;
+    const settle = (value: Settlement) => {
+      if (open && settlement === undefined) settlement = value;
+    };
+    const delivery: Delivery = {
+      envelope: toEnvelope(batch.topic, batch.partition, message),
+      ack: async () => {
+        await this.confirmMembership(payload, generation);
+        settle({ kind: 'done' });
+      },
+      retryLater: async (delayMs) => settle({ kind: 'retry', delayMs }),
+      deadLetter: async (reason, detail) => {
+        await this.publishDeadLetter(batch, message, reason, detail);
+        settle({ kind: 'done' });
+      },
+      release: async () => settle({ kind: 'release' }),
+      extendLease: async () => this.extendLease(payload, generation),
+    };
+    await this.runtime!.dispatch(delivery);
+    open = false;
+    return settlement ?? { kind: 'unsettled' };
+  }
+
+  private async publishDeadLetter(
+    batch: Batch,
+    message: KafkaMessage,
+    reason: DeadLetterReason,
+    detail: string,
+  ): Promise<void> {
+    await this.producer!.send({
+      topic: this.config.deadLetterTopic,
+      acks: -1,
+      messages: [
+        deadLetterRecord({
+          topic: batch.topic,
+          partition: batch.partition,
+          message,
+          consumer: this.consumerName,
+          reason,
+          detail,
+        }),
+      ],
+    });
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Group membership: heartbeats are this broker's lease
+  // ------------------------------------------------------------------------------------
+
+  /** The lease keeper's renewal: a heartbeat. Rejects with LeaseLostError once the member is out. */
+  private async extendLease(payload: EachBatchPayload, generation: Generation): Promise<void> {
+    if (generation.lost !== undefined) throw lostError(generation.lost);
+    try {
+      await payload.heartbeat();
+    } catch (error) {
+      const kind = classifyGroupError(error);
+      if (kind === 'lost') {
+        generation.lost = error;
+        throw lostError(error);
+      }
+      if (kind === 'rebalancing') {
+        // The member may keep its partitions; it must rejoin within rebalanceTimeout,
+        // which it does once this batch returns. A later heartbeat reports 'lost' if not.
+        generation.rebalancing = error;
+        return;
+      }
+      throw error;
+    }
+  }
+
+  /** Heartbeat between records; records group errors instead of throwing. */
+  private async heartbeat(payload: EachBatchPayload, generation: Generation): Promise<void> {
+    try {
+      await this.extendLease(payload, generation);
+    } catch (error) {
+      if (generation.lost === undefined) this.runtime!.reportError(error, 'heartbeat failed');
+    }
+  }
+
+  /**
+   * Before marking a record done, make sure this member still belongs to the group when
+   * it may have been silent for a whole session (renewal off, long stall): a settle on a
+   * lost membership is reported as a failed ack (`LeaseLostError`), never committed.
+   */
+  private async confirmMembership(payload: EachBatchPayload, generation: Generation): Promise<void> {
+    if (generation.lost !== undefined) throw lostError(generation.lost);
+    if (Date.now() - this.lastHeartbeatAt < this.config.sessionTimeout) return;
+    try {
+      await this.extendLease(payload, generation);
+    } catch (error) {
+      if (error instanceof LeaseLostError) throw error;
+      // A connection error says nothing about membership; the commit decides.
+    }
+  }
+
+  /** Commits `next` for a partition this generation still owns; never throws. */
+  private async commit(
+    generation: Generation,
+    partition: number,
+    next: bigint,
+    isStale: () => boolean,
+  ): Promise<void> {
+    if (
+      generation !== this.generation ||
+      generation.lost !== undefined ||
+      isStale() ||
+      !generation.partitions.has(partition)
+    ) {
+      return;
+    }
+    const last = generation.committed.get(partition);
+    if (last !== undefined && last >= next) return;
+    try {
+      await this.consumer!.commitOffsets([{ topic: this.config.topic, partition, offset: next.toString() }]);
+      generation.committed.set(partition, next);
+    } catch (error) {
+      if (classifyGroupError(error) === 'lost') generation.lost = error;
+      this.runtime!.reportError(
+        error,
+        `offset commit failed for partition ${partition}: records after the last commit will be delivered again and skipped as duplicates`,
+      );
+    }
+  }
+}
+
+/**
+ * Group errors by what they mean for the records this member holds.
+ * `REBALANCE_IN_PROGRESS` / `NOT_COORDINATOR*`: rejoin, partitions may stay.
+ * `UNKNOWN_MEMBER_ID` / `ILLEGAL_GENERATION` / `FENCED_INSTANCE_ID`: the generation is
+ * over without us; the partitions may already belong to another member.
+ */
+function classifyGroupError(error: unknown): 'rebalancing' | 'lost' | 'other' {
+  const type = (error as { type?: unknown } | null)?.type;
+  switch (type) {
+    case 'REBALANCE_IN_PROGRESS':
+    case 'NOT_COORDINATOR_FOR_GROUP':
+    case 'NOT_COORDINATOR':
+      return 'rebalancing';
+    case 'UNKNOWN_MEMBER_ID':
+    case 'ILLEGAL_GENERATION':
+    case 'FENCED_INSTANCE_ID':
+      return 'lost';
+    default:
+      return 'other';
+  }
+}
+
+function lostError(cause: unknown): LeaseLostError {
+  return new LeaseLostError(
+    'this member is no longer in the consumer group; its partitions may be reassigned',
+    {
+      cause,
+    },
+  );
+}
+
+async function waitAtMost(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([promise, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}

@@ -1,0 +1,268 @@
+import { type BrokerConfig, ConfigError } from '@oncely/core';
+
+/**
+ * The `broker` section for Kafka: `{ type: 'kafka', brokers, topic, ... }`. Every field
+ * but `type`, `brokers` and `topic` is optional. JSON-serialisable, so it can come from
+ * `loadConfig()` (environment variables or a file).
+ *
+ * @example
+ * ```ts
+ * const broker: KafkaBrokerConfig = {
+ *   type: 'kafka',
+ *   brokers: ['127.0.0.1:9092'],
+ *   topic: 'payments',
+ *   groupId: 'payments-service',
+ *   partitionsConsumedConcurrently: 8,
+ * };
+ * ```
+ */
+export type KafkaBrokerConfig = KafkaBrokerOptions & { type: 'kafka' };
+
+/**
+ * The Kafka options of the `broker` section, without `type` (what `createKafkaConsumer`
+ * takes as `broker`).
+ *
+ * @example
+ * ```ts
+ * const options: KafkaBrokerOptions = { brokers: ['127.0.0.1:9092'], topic: 'payments', fromBeginning: true };
+ * ```
+ */
+// A type alias, not an interface: it must stay assignable to BrokerConfig's index signature.
+export type KafkaBrokerOptions = {
+  /** Bootstrap brokers, `host:port`. A comma-separated string is accepted too (environment variables). */
+  brokers: string[] | string;
+  /** The topic to consume. */
+  topic: string;
+  /** Consumer group. @default the consumer's `name` */
+  groupId?: string;
+  /** kafkajs client ID. @default `oncely-<consumer name>` */
+  clientId?: string;
+  /**
+   * Group session timeout: a member that sends no heartbeat for this long is removed and
+   * its partitions go to another member. kafkajs sends heartbeats only when asked, so
+   * Oncely's lease keeper sends them while a handler runs. The broker bounds it by
+   * `group.min.session.timeout.ms` / `group.max.session.timeout.ms`. @default 30000
+   */
+  sessionTimeout?: number;
+  /** Minimum spacing of heartbeats (kafkajs throttles to it). @default min(3000, sessionTimeout / 10) */
+  heartbeatInterval?: number;
+  /** How long the group waits for members to rejoin during a rebalance. @default 60000 */
+  rebalanceTimeout?: number;
+  /**
+   * Partitions processed at once (kafkajs `partitionsConsumedConcurrently`). Records of
+   * one partition always run one at a time, in offset order. @default the consumer's `concurrency`
+   */
+  partitionsConsumedConcurrently?: number;
+  /** Where dead-lettered records are produced. @default `<topic>.dlq` */
+  deadLetterTopic?: string;
+  /** Create the dead-letter topic at start when it is missing (same partition count as `topic`). @default true */
+  createDeadLetterTopic?: boolean;
+  /**
+   * Where a group without a committed offset starts: the oldest record (true) or only
+   * records produced after it joined (false, Kafka's `auto.offset.reset=latest`). @default false
+   */
+  fromBeginning?: boolean;
+  /** Longest a fetch waits on the broker for new records; also bounds how fast stop and rebalances react. @default 1000 */
+  maxWaitTimeInMs?: number;
+  /** Bytes fetched per partition per request (kafkajs default 1 MiB). */
+  maxBytesPerPartition?: number;
+  /**
+   * While a handler runs, done offsets are committed at least this often (they are
+   * always committed when a batch ends and on stop). @default 5000
+   */
+  commitIntervalMs?: number;
+  /** kafkajs connection timeout, ms. @default 3000 */
+  connectionTimeout?: number;
+  /** kafkajs request timeout, ms. @default 30000 */
+  requestTimeout?: number;
+  /** TLS: `true` or Node `tls.connect` options (passed to kafkajs). */
+  ssl?: boolean | Record<string, unknown>;
+  /** SASL options passed to kafkajs (`{ mechanism, username, password }`, ...). */
+  sasl?: Record<string, unknown>;
+};
+
+/**
+ * The `broker` section with every default applied (what the adapter runs with).
+ *
+ * @example
+ * ```ts
+ * const { groupId, deadLetterTopic } = resolveKafkaConfig({ type: 'kafka', brokers: ['k:9092'], topic: 'orders' }, 'billing');
+ * // groupId 'billing', deadLetterTopic 'orders.dlq'
+ * ```
+ */
+export interface ResolvedKafkaConfig {
+  brokers: string[];
+  topic: string;
+  groupId: string;
+  clientId: string;
+  sessionTimeout: number;
+  heartbeatInterval: number;
+  rebalanceTimeout: number;
+  partitionsConsumedConcurrently: number | undefined;
+  deadLetterTopic: string;
+  createDeadLetterTopic: boolean;
+  fromBeginning: boolean;
+  maxWaitTimeInMs: number;
+  maxBytesPerPartition: number | undefined;
+  commitIntervalMs: number;
+  connectionTimeout: number;
+  requestTimeout: number;
+  ssl: boolean | Record<string, unknown> | undefined;
+  sasl: Record<string, unknown> | undefined;
+}
+
+const KNOWN = new Set([
+  'type',
+  'brokers',
+  'topic',
+  'groupId',
+  'clientId',
+  'sessionTimeout',
+  'heartbeatInterval',
+  'rebalanceTimeout',
+  'partitionsConsumedConcurrently',
+  'deadLetterTopic',
+  'createDeadLetterTopic',
+  'fromBeginning',
+  'maxWaitTimeInMs',
+  'maxBytesPerPartition',
+  'commitIntervalMs',
+  'connectionTimeout',
+  'requestTimeout',
+  'ssl',
+  'sasl',
+]);
+
+// Kafka topic names: 1-249 characters of [a-zA-Z0-9._-].
+const TOPIC_NAME = /^[a-zA-Z0-9._-]{1,249}$/;
+
+/**
+ * Checks the `broker` section and fills in defaults. Throws a `ConfigError` naming the
+ * first offending field (`broker.topic`, ...).
+ *
+ * @example
+ * ```ts
+ * const resolved = resolveKafkaConfig({ type: 'kafka', brokers: ['localhost:9092'], topic: 'orders' }, 'orders-consumer');
+ * resolved.deadLetterTopic; // 'orders.dlq'
+ * ```
+ */
+export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): ResolvedKafkaConfig {
+  if (typeof broker !== 'object' || broker === null) throw new ConfigError('broker', 'must be an object');
+  if (broker.type !== 'kafka')
+    throw new ConfigError('broker.type', `must be 'kafka', got ${show(broker.type)}`);
+  for (const field of Object.keys(broker)) {
+    if (!KNOWN.has(field)) {
+      throw new ConfigError(`broker.${field}`, `is not a Kafka option (known: ${[...KNOWN].join(', ')})`);
+    }
+  }
+  const b = broker as Partial<KafkaBrokerOptions>;
+  const brokers = typeof b.brokers === 'string' ? b.brokers.split(',').map((s) => s.trim()) : b.brokers;
+  if (!Array.isArray(brokers) || brokers.length === 0) {
+    throw new ConfigError(
+      'broker.brokers',
+      `must be a non-empty list of 'host:port', got ${show(b.brokers)}`,
+    );
+  }
+  for (const address of brokers) {
+    if (typeof address !== 'string' || !/^[^\s:]+:\d{1,5}$/.test(address)) {
+      throw new ConfigError('broker.brokers', `entries must look like 'host:port', got ${show(address)}`);
+    }
+  }
+  if (typeof b.topic !== 'string' || !TOPIC_NAME.test(b.topic)) {
+    throw new ConfigError(
+      'broker.topic',
+      `must be a Kafka topic name ([a-zA-Z0-9._-]{1,249}), got ${show(b.topic)}`,
+    );
+  }
+  optionalString(b.groupId, 'broker.groupId');
+  optionalString(b.clientId, 'broker.clientId');
+  if (
+    b.deadLetterTopic !== undefined &&
+    (typeof b.deadLetterTopic !== 'string' || !TOPIC_NAME.test(b.deadLetterTopic))
+  ) {
+    throw new ConfigError(
+      'broker.deadLetterTopic',
+      `must be a Kafka topic name, got ${show(b.deadLetterTopic)}`,
+    );
+  }
+  if (b.deadLetterTopic === b.topic) {
+    throw new ConfigError(
+      'broker.deadLetterTopic',
+      'must differ from broker.topic (dead letters would be consumed again)',
+    );
+  }
+  integer(b.sessionTimeout, 1000, 3_600_000, 'broker.sessionTimeout');
+  integer(b.heartbeatInterval, 50, 3_600_000, 'broker.heartbeatInterval');
+  integer(b.rebalanceTimeout, 1000, 3_600_000, 'broker.rebalanceTimeout');
+  integer(b.partitionsConsumedConcurrently, 1, 10_000, 'broker.partitionsConsumedConcurrently');
+  integer(b.maxWaitTimeInMs, 10, 60_000, 'broker.maxWaitTimeInMs');
+  integer(b.maxBytesPerPartition, 1024, 1_073_741_824, 'broker.maxBytesPerPartition');
+  integer(b.commitIntervalMs, 0, 3_600_000, 'broker.commitIntervalMs');
+  integer(b.connectionTimeout, 100, 600_000, 'broker.connectionTimeout');
+  integer(b.requestTimeout, 100, 600_000, 'broker.requestTimeout');
+  optionalBoolean(b.fromBeginning, 'broker.fromBeginning');
+  optionalBoolean(b.createDeadLetterTopic, 'broker.createDeadLetterTopic');
+  if (b.ssl !== undefined && typeof b.ssl !== 'boolean' && (typeof b.ssl !== 'object' || b.ssl === null)) {
+    throw new ConfigError('broker.ssl', `must be true, false or TLS options, got ${show(b.ssl)}`);
+  }
+  if (b.sasl !== undefined && (typeof b.sasl !== 'object' || b.sasl === null)) {
+    throw new ConfigError('broker.sasl', `must be an object such as { mechanism, username, password }`);
+  }
+  const sessionTimeout = b.sessionTimeout ?? 30_000;
+  const heartbeatInterval =
+    b.heartbeatInterval ?? Math.max(50, Math.min(3000, Math.floor(sessionTimeout / 10)));
+  if (heartbeatInterval >= sessionTimeout) {
+    throw new ConfigError(
+      'broker.heartbeatInterval',
+      `must be below broker.sessionTimeout (${sessionTimeout})`,
+    );
+  }
+  return {
+    brokers,
+    topic: b.topic,
+    groupId: b.groupId ?? consumerName,
+    clientId: b.clientId ?? `oncely-${consumerName}`,
+    sessionTimeout,
+    heartbeatInterval,
+    rebalanceTimeout: b.rebalanceTimeout ?? 60_000,
+    partitionsConsumedConcurrently: b.partitionsConsumedConcurrently,
+    deadLetterTopic: b.deadLetterTopic ?? `${b.topic}.dlq`,
+    createDeadLetterTopic: b.createDeadLetterTopic ?? true,
+    fromBeginning: b.fromBeginning ?? false,
+    maxWaitTimeInMs: b.maxWaitTimeInMs ?? 1000,
+    maxBytesPerPartition: b.maxBytesPerPartition,
+    commitIntervalMs: b.commitIntervalMs ?? 5000,
+    connectionTimeout: b.connectionTimeout ?? 3000,
+    requestTimeout: b.requestTimeout ?? 30_000,
+    ssl: b.ssl,
+    sasl: b.sasl,
+  };
+}
+
+function integer(value: unknown, min: number, max: number, field: string): void {
+  if (value === undefined) return;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${show(value)}`);
+  }
+}
+
+function optionalString(value: unknown, field: string): void {
+  if (value !== undefined && (typeof value !== 'string' || value.trim() === '')) {
+    throw new ConfigError(field, `must be a non-empty string, got ${show(value)}`);
+  }
+}
+
+function optionalBoolean(value: unknown, field: string): void {
+  if (value !== undefined && typeof value !== 'boolean') {
+    throw new ConfigError(field, `must be true or false, got ${show(value)}`);
+  }
+}
+
+function show(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value);
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}

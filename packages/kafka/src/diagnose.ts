@@ -1,0 +1,125 @@
+import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
+import kafkajs from 'kafkajs';
+import { resolveKafkaConfig } from './config.js';
+
+const { Kafka, logLevel } = kafkajs;
+
+/**
+ * Checks a Kafka consumer's setup against the cluster for `oncely doctor`: the config,
+ * that the cluster answers, the topic and its partition count against `concurrency`,
+ * the dead-letter topic, the group's state and lag, and settings that weaken the
+ * guarantees. Never throws: every problem is a finding.
+ *
+ * @example
+ * ```ts
+ * const report = await diagnose({ name: 'payments', broker: { type: 'kafka', brokers: ['localhost:9092'], topic: 'payments' }, store, handler });
+ * for (const f of report.findings) console.log(f.level, f.message);
+ * ```
+ */
+export async function diagnose(config: ConsumerConfig<any, any>): Promise<DiagnoseReport> {
+  const findings: DiagnoseFinding[] = [];
+  const report: DiagnoseReport = { broker: 'kafka', findings };
+  let resolved: ReturnType<typeof resolveKafkaConfig>;
+  try {
+    resolved = resolveKafkaConfig(config.broker, config.name);
+  } catch (error) {
+    findings.push({ level: 'error', message: isOncelyError(error) ? error.message : String(error) });
+    return report;
+  }
+  const { topic, deadLetterTopic, groupId } = resolved;
+  const concurrency = config.concurrency ?? 1;
+  if (config.idStrategy === 'broker') {
+    findings.push({
+      level: 'warn',
+      message:
+        "idStrategy 'broker' uses topic/partition/offset: it catches redeliveries only, not a producer sending the same message twice",
+    });
+  }
+  if (config.idStrategy === 'content-hash') {
+    findings.push({ level: 'warn', message: "idStrategy 'content-hash': two identical messages become one" });
+  }
+  if (config.mode === 'offsets' && !config.store?.offsets) {
+    findings.push({
+      level: 'error',
+      message: "mode 'offsets' needs a store that keeps offsets (PostgresStore)",
+    });
+  }
+  if (config.leaseRenewal === false && (config.handlerTimeoutMs ?? 30_000) >= resolved.sessionTimeout) {
+    findings.push({
+      level: 'warn',
+      message: `leaseRenewal is off and handlerTimeoutMs >= sessionTimeout (${resolved.sessionTimeout} ms): a slow handler loses its partitions mid-record`,
+    });
+  }
+
+  const kafka = new Kafka({
+    clientId: `${resolved.clientId}-doctor`,
+    brokers: resolved.brokers,
+    connectionTimeout: resolved.connectionTimeout,
+    requestTimeout: resolved.requestTimeout,
+    ssl: resolved.ssl as never,
+    sasl: resolved.sasl as never,
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 1 },
+  });
+  const admin = kafka.admin();
+  try {
+    await admin.connect();
+    const cluster = await admin.describeCluster();
+    findings.push({
+      level: 'ok',
+      message: `cluster answers: ${cluster.brokers.length} broker(s), controller ${cluster.controller}`,
+    });
+    const topics = await admin.listTopics();
+    if (!topics.includes(topic)) {
+      findings.push({ level: 'error', message: `topic '${topic}' does not exist` });
+    } else {
+      const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
+      const partitions = metadata.topics[0]?.partitions.length ?? 0;
+      findings.push({ level: 'ok', message: `topic '${topic}' has ${partitions} partition(s)` });
+      const parallel = resolved.partitionsConsumedConcurrently ?? concurrency;
+      if (partitions < parallel) {
+        findings.push({
+          level: 'warn',
+          message: `only ${partitions} partition(s): at most ${partitions} record(s) run at once (records of one partition run in order, one at a time), not ${parallel}`,
+        });
+      }
+      const [offsets, ends] = await Promise.all([
+        admin.fetchOffsets({ groupId, topics: [topic] }),
+        admin.fetchTopicOffsets(topic),
+      ]);
+      const committed = new Map(offsets[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]) ?? []);
+      let lag = 0n;
+      for (const end of ends) {
+        const at = committed.get(end.partition) ?? -1n;
+        lag += BigInt(end.high) - (at < 0n ? BigInt(end.low) : at);
+      }
+      findings.push({ level: 'ok', message: `group '${groupId}' lag: ${lag} record(s)` });
+    }
+    if (topics.includes(deadLetterTopic)) {
+      findings.push({ level: 'ok', message: `dead-letter topic '${deadLetterTopic}' exists` });
+    } else {
+      findings.push({
+        level: resolved.createDeadLetterTopic ? 'warn' : 'error',
+        message: resolved.createDeadLetterTopic
+          ? `dead-letter topic '${deadLetterTopic}' does not exist; the consumer creates it at start (needs CreateTopics permission)`
+          : `dead-letter topic '${deadLetterTopic}' does not exist and createDeadLetterTopic is false: start() fails`,
+      });
+    }
+    const groups = await admin.describeGroups([groupId]);
+    const group = groups.groups[0];
+    if (group && group.state !== 'Dead') {
+      findings.push({
+        level: 'ok',
+        message: `group '${groupId}' is ${group.state} with ${group.members.length} member(s)`,
+      });
+    }
+  } catch (error) {
+    findings.push({
+      level: 'error',
+      message: `cluster ${resolved.brokers.join(',')} did not answer: ${error instanceof Error ? error.message : String(error)}`,
+    });
+  } finally {
+    await admin.disconnect().catch(() => {});
+  }
+  return report;
+}

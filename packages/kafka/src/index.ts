@@ -1,0 +1,12 @@
+export type { KafkaBrokerConfig, KafkaBrokerOptions, ResolvedKafkaConfig } from './config.js';
+export { resolveKafkaConfig } from './config.js';
+export { createAdapter } from './createAdapter.js';
+export type { KafkaConsumerOptions } from './createKafkaConsumer.js';
+export { createKafkaConsumer } from './createKafkaConsumer.js';
+export { DEAD_LETTER_HEADERS, deadLetterRecord } from './deadLetter.js';
+export { diagnose } from './diagnose.js';
+export type { KafkaRawRecord } from './envelope.js';
+export { headersToAttributes, toEnvelope } from './envelope.js';
+export { KafkaTopicMissingError } from './errors.js';
+export { KafkaAdapter } from './KafkaAdapter.js';
+export { kafkaLogCreator } from './kafkaLogger.js';

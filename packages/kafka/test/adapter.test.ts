@@ -1,0 +1,343 @@
+/**
+ * The Kafka adapter against the real broker, beyond the conformance suite: `offsets`
+ * mode, the 'broker' ID strategy, dead letters written before the commit, retries that
+ * block only their own partition, start-up checks and diagnose().
+ */
+import { type Consumer, type ConsumerConfig, isOncelyError, silentLogger } from '@oncely/core';
+import { createKafkaConsumer, diagnose, type KafkaBrokerOptions } from '@oncely/kafka';
+import { ConsumerSpy } from '@oncely/testkit';
+import type { Admin, Kafka, Producer } from 'kafkajs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createTopic,
+  DeadLetterReader,
+  groupLag,
+  kafkaClient,
+  publish,
+  testBrokers,
+  uniqueName,
+} from './support/kafka.js';
+import { createTestStore, type TestStore, until } from './support/store.js';
+
+const brokers = testBrokers();
+
+describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
+  let kafka: Kafka;
+  let admin: Admin;
+  let producer: Producer;
+  let db: TestStore;
+  let passed = true;
+  const running: Consumer<any>[] = [];
+
+  beforeAll(async () => {
+    kafka = kafkaClient(brokers!, 'oncely-adapter-test');
+    admin = kafka.admin();
+    producer = kafka.producer({ allowAutoTopicCreation: false });
+    await Promise.all([admin.connect(), producer.connect()]);
+    db = await createTestStore();
+  });
+
+  afterEach(async (context) => {
+    if (context.task.result?.state === 'fail') passed = false;
+    await Promise.allSettled(running.splice(0).map((c) => c.stop()));
+  });
+
+  afterAll(async () => {
+    await Promise.allSettled([admin?.disconnect(), producer?.disconnect()]);
+    await db?.close(passed);
+  });
+
+  /** A consumer of `topic` through the typed factory; it is stopped after the test. */
+  function consumer(
+    name: string,
+    broker: Omit<KafkaBrokerOptions, 'brokers'>,
+    options: Partial<Omit<ConsumerConfig<any>, 'broker' | 'name'>> & Pick<ConsumerConfig<any>, 'handler'>,
+  ): Consumer<any> {
+    const c = createKafkaConsumer({
+      name,
+      broker: {
+        brokers: brokers!,
+        fromBeginning: true,
+        maxWaitTimeInMs: 200,
+        sessionTimeout: 6000,
+        ...broker,
+      },
+      store: db.store,
+      concurrency: 4,
+      logger: silentLogger,
+      backoff: { initialMs: 50, maxMs: 500, jitter: 0 },
+      ...options,
+    });
+    running.push(c);
+    return c;
+  }
+
+  it('offsets mode: each record applied once, the stored next offsets and the group commits reach the end', async () => {
+    const topic = uniqueName('offsets');
+    const name = uniqueName('offsets-consumer');
+    await createTopic(admin, topic, 3);
+    const messages = Array.from({ length: 60 }, (_, n) => ({ id: `o-${n}`, body: { n }, partition: n % 3 }));
+    // In offsets mode the record, not the message ID, is the unit: a producer duplicate
+    // (same ID, another offset) is applied again. The ID table is what catches those.
+    const copies = messages.slice(0, 5).map((m) => ({ ...m, body: { copy: true } }));
+    await publish(producer, topic, [...messages, ...copies]);
+    const c = consumer(
+      name,
+      { topic },
+      {
+        mode: 'offsets',
+        concurrency: 3,
+        handler: async (message, ctx) => {
+          const { offset } = (message.raw as { message: { offset: string } }).message;
+          await db.insertEffect(ctx.tx, {
+            id: message.id,
+            consumer: name,
+            partition: (message.raw as { partition: number }).partition,
+            offset,
+          });
+        },
+      },
+    );
+    await c.start();
+    await until(
+      '65 effect rows',
+      async () => (await db.rows()).filter((r) => r.consumer === name).length >= 65,
+    );
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    const rows = (await db.rows()).filter((r) => r.consumer === name);
+    expect(rows).toHaveLength(65);
+    const positions = rows.map((r) => `${r.partition}/${r.record_offset}`);
+    expect(new Set(positions).size, 'each (partition, offset) applied once').toBe(65);
+    const ends = await admin.fetchTopicOffsets(topic);
+    const stored = await db.store.offsets.read(name, topic);
+    expect(Object.fromEntries(stored)).toEqual(Object.fromEntries(ends.map((e) => [e.partition, e.high])));
+  });
+
+  it('offsets mode: records below the stored next offset are skipped, never handed to the handler', async () => {
+    const topic = uniqueName('offsets-skip');
+    const name = uniqueName('offsets-skip-consumer');
+    await createTopic(admin, topic, 2);
+    await publish(producer, topic, [
+      ...Array.from({ length: 30 }, (_, n) => ({ id: `p0-${n}`, body: { n }, partition: 0 })),
+      ...Array.from({ length: 30 }, (_, n) => ({ id: `p1-${n}`, body: { n }, partition: 1 })),
+    ]);
+    // An earlier owner applied p0 0..19 and p1 0..4 but its Kafka commits never landed
+    // (the group has no committed offset at all).
+    await db.store.transaction(async (tx) => {
+      expect(await db.store.offsets.advance(tx, name, topic, 0, '19')).toBe(true);
+      expect(await db.store.offsets.advance(tx, name, topic, 1, '4')).toBe(true);
+    });
+    const seen: string[] = [];
+    const c = consumer(
+      name,
+      { topic },
+      {
+        mode: 'offsets',
+        handler: async (message, ctx) => {
+          seen.push(message.id);
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    const spy = new ConsumerSpy().attach(c, 'c');
+    await c.start();
+    await until(
+      '35 records applied',
+      async () => (await db.rows()).filter((r) => r.consumer === name).length >= 35,
+    );
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    const expected = [
+      ...Array.from({ length: 10 }, (_, n) => `p0-${n + 20}`),
+      ...Array.from({ length: 25 }, (_, n) => `p1-${n + 5}`),
+    ];
+    expect([...seen].sort()).toEqual([...expected].sort());
+    // The conditional upsert alone would also keep the handler away from them (as
+    // duplicates); the adapter must not even dispatch them.
+    expect(spy.count('received'), 'records dispatched').toBe(35);
+    expect(spy.count('duplicate'), 'records dispatched only to be refused by the upsert').toBe(0);
+    expect(Object.fromEntries(await db.store.offsets.read(name, topic))).toEqual({ 0: '30', 1: '30' });
+  });
+
+  it("'broker' IDs catch a redelivery but not a producer duplicate", async () => {
+    const topic = uniqueName('broker-ids');
+    const name = uniqueName('broker-ids-consumer');
+    await createTopic(admin, topic, 1);
+    // The same producer message sent twice gets two offsets, so two broker IDs.
+    await publish(producer, topic, [
+      { id: 'same', body: { copy: 1 } },
+      { id: 'same', body: { copy: 2 } },
+      ...Array.from({ length: 8 }, (_, n) => ({ id: `b-${n}`, body: { n } })),
+    ]);
+    const handler = async (message: any, ctx: any) => {
+      await db.insertEffect(ctx.tx, { id: message.attributes['message-id'], consumer: name });
+    };
+    const first = consumer(name, { topic }, { idStrategy: 'broker', handler });
+    const firstSpy = new ConsumerSpy().attach(first, 'first');
+    await first.start();
+    await firstSpy.waitForCount('processed', 10, undefined, 30_000);
+    await until('the commits', async () => (await groupLag(admin, name, topic)) === 0);
+    await first.stop();
+    // Redeliver everything: rewind the (now empty) group to the start.
+    await admin.resetOffsets({ groupId: name, topic, earliest: true });
+    const second = consumer(name, { topic }, { idStrategy: 'broker', handler });
+    const secondSpy = new ConsumerSpy().attach(second, 'second');
+    await second.start();
+    await secondSpy.waitForCount('duplicate', 10, undefined, 30_000);
+    expect(secondSpy.count('processed'), 'redelivered records applied again').toBe(0);
+    const counts = await db.effectCounts();
+    expect(counts.get('same'), 'the producer duplicate: not caught by broker IDs').toBe(2);
+    for (let n = 0; n < 8; n++) expect(counts.get(`b-${n}`)).toBe(1);
+  });
+
+  it('a dead letter is produced before the offset moves: while the DLQ cannot be written, the partition waits', async () => {
+    const topic = uniqueName('dlq-first');
+    const name = uniqueName('dlq-first-consumer');
+    const deadLetterTopic = `${topic}.dlq`;
+    await createTopic(admin, topic, 1);
+    const handled: string[] = [];
+    const c = consumer(
+      name,
+      { topic, deadLetterTopic },
+      {
+        maxAttempts: 2,
+        handler: async (message, ctx) => {
+          handled.push(message.id);
+          if (message.id === 'poison') throw new Error('always fails');
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    const spy = new ConsumerSpy().attach(c, 'c');
+    await c.start();
+    // The consumer created the dead-letter topic at start; now take it away (the broker
+    // does not auto-create topics), so producing the dead letter fails.
+    expect(await admin.listTopics()).toContain(deadLetterTopic);
+    await admin.deleteTopics({ topics: [deadLetterTopic] });
+    await publish(producer, topic, [
+      { id: 'before', body: {} },
+      { id: 'poison', body: {} },
+      { id: 'after-1', body: {} },
+      { id: 'after-2', body: {} },
+    ]);
+    await spy.waitFor('ackFailed', (e) => e.event.messageId === 'poison', 60_000);
+    expect(spy.count('deadLettered'), 'dead letters confirmed').toBe(0);
+    expect(handled, 'records after the poison one while its dead letter is not written').not.toContain(
+      'after-1',
+    );
+    const lag = await groupLag(admin, name, topic);
+    expect(lag, 'the poison record and the ones after it stay uncommitted').toBeGreaterThanOrEqual(3);
+
+    await createTopic(admin, deadLetterTopic, 1);
+    await spy.waitFor('deadLettered', (e) => e.event.messageId === 'poison', 60_000);
+    await until('the records after the poison one', async () => (await db.effectCounts()).has('after-2'));
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    const reader = new DeadLetterReader(kafka, admin, deadLetterTopic);
+    await reader.start();
+    try {
+      const dead = await reader.list();
+      expect(dead.map((d) => [d.id, d.reason])).toEqual([['poison', 'max-attempts']]);
+      // The detail of the attempt that dead-lettered it (the earlier failures said 'always fails').
+      expect(dead[0]?.detail).toMatch(/always fails|exceeds maxAttempts 2/);
+      expect(dead[0]?.originalOffset).toBe('1');
+    } finally {
+      await reader.stop();
+    }
+    const counts = await db.effectCounts();
+    expect([
+      counts.get('before'),
+      counts.get('after-1'),
+      counts.get('after-2'),
+      counts.get('poison'),
+    ]).toEqual([1, 1, 1, undefined]);
+  });
+
+  it('a retry blocks its own partition (in order) while the other partitions go on', async () => {
+    const topic = uniqueName('retry-partition');
+    const name = uniqueName('retry-partition-consumer');
+    await createTopic(admin, topic, 2);
+    await publish(producer, topic, [
+      { id: 'slow-0', body: {}, partition: 0 },
+      ...Array.from({ length: 3 }, (_, n) => ({ id: `p0-${n + 1}`, body: {}, partition: 0 })),
+      ...Array.from({ length: 10 }, (_, n) => ({ id: `p1-${n}`, body: {}, partition: 1 })),
+    ]);
+    const starts = new Map<string, number[]>();
+    const c = consumer(
+      name,
+      { topic },
+      {
+        concurrency: 2,
+        backoff: { initialMs: 1500, maxMs: 1500, jitter: 0 },
+        handler: async (message, ctx) => {
+          starts.set(message.id, [...(starts.get(message.id) ?? []), Date.now()]);
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+          if (message.id === 'slow-0' && ctx.attempt === 1) throw new Error('first attempt fails');
+        },
+      },
+    );
+    await c.start();
+    await until('every record applied', async () => (await db.effectCounts()).has('p0-3'), 30_000);
+    const retryAt = starts.get('slow-0')![1]!;
+    const firstAt = starts.get('slow-0')![0]!;
+    expect(retryAt - firstAt, 'the retry waited for the backoff').toBeGreaterThanOrEqual(1495);
+    for (let n = 0; n < 10; n++) {
+      expect(starts.get(`p1-${n}`)![0]!, `p1-${n} ran during the backoff of partition 0`).toBeLessThan(
+        retryAt,
+      );
+    }
+    for (let n = 1; n <= 3; n++) {
+      expect(starts.get(`p0-${n}`)![0]!, `p0-${n} waited for slow-0`).toBeGreaterThan(retryAt);
+    }
+    const order = (await db.rows()).filter((r) => r.consumer === name && r.message_id.match(/^(slow|p0)/));
+    expect(order.map((r) => r.message_id)).toEqual(['slow-0', 'p0-1', 'p0-2', 'p0-3']);
+  });
+
+  it('start() fails on a missing topic, naming it', async () => {
+    const topic = uniqueName('missing');
+    const c = consumer(uniqueName('missing-consumer'), { topic }, { handler: async () => {} });
+    const error = await c.start().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isOncelyError(error, 'BROKER_MISCONFIGURED')).toBe(true);
+    expect((error as Error).message).toContain(topic);
+  });
+
+  it('diagnose() reports the cluster, the partitions against concurrency, the DLQ and risky settings', async () => {
+    const topic = uniqueName('diagnose');
+    await createTopic(admin, topic, 2);
+    const report = await diagnose({
+      name: uniqueName('diagnose-consumer'),
+      broker: { type: 'kafka', brokers: brokers!, topic },
+      store: db.store,
+      concurrency: 4,
+      idStrategy: 'broker',
+      handler: async () => {},
+    });
+    const messages = report.findings.map((f) => `${f.level}: ${f.message}`);
+    expect(messages).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^ok: cluster answers/),
+        expect.stringMatching(/^ok: topic '.*' has 2 partition/),
+        expect.stringMatching(/^warn: only 2 partition/),
+        expect.stringMatching(/^warn: dead-letter topic .* does not exist; the consumer creates it/),
+        expect.stringMatching(/^warn: idStrategy 'broker'/),
+      ]),
+    );
+    const missing = await diagnose({
+      name: 'x',
+      broker: { type: 'kafka', brokers: brokers!, topic: uniqueName('nope') },
+      store: db.store,
+      handler: async () => {},
+    });
+    expect(missing.findings.some((f) => f.level === 'error' && /does not exist/.test(f.message))).toBe(true);
+    const badConfig = await diagnose({
+      name: 'x',
+      broker: { type: 'kafka', brokers: [], topic },
+      store: db.store,
+      handler: async () => {},
+    });
+    expect(badConfig.findings).toEqual([
+      { level: 'error', message: expect.stringMatching(/broker\.brokers/) },
+    ]);
+  });
+});

@@ -1,0 +1,131 @@
+/**
+ * A broker restart in the middle of a run (stopped while records wait, started again on
+ * the same data), on a broker of this test's own (so the
+ * shared one keeps serving the other test files): the consumer reconnects by itself,
+ * nothing is lost and nothing applied twice, in both processing modes.
+ */
+import type { Consumer, ProcessingMode } from '@oncely/core';
+import { silentLogger } from '@oncely/core';
+import { createKafkaConsumer } from '@oncely/kafka';
+import { ConsumerSpy } from '@oncely/testkit';
+import type { Admin, Producer } from 'kafkajs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createTopic,
+  DedicatedBroker,
+  groupLag,
+  kafkaClient,
+  publish,
+  testBrokers,
+  uniqueName,
+} from './support/kafka.js';
+import { createTestStore, type TestStore, until } from './support/store.js';
+
+// Ports 19100-19103: clear of the shared broker (19092-19095).
+const broker = testBrokers() ? new DedicatedBroker(19100) : undefined;
+
+describe.skipIf(!broker)('broker restart mid-run', () => {
+  let admin: Admin;
+  let producer: Producer;
+  let db: TestStore;
+  let passed = true;
+  let consumer: Consumer<any> | undefined;
+
+  beforeAll(async () => {
+    await broker!.start();
+    const kafka = kafkaClient(broker!.brokers, 'oncely-restart-test');
+    admin = kafka.admin();
+    producer = kafka.producer({ allowAutoTopicCreation: false });
+    await Promise.all([admin.connect(), producer.connect()]);
+    db = await createTestStore('oncely_kafka_restart');
+  }, 180_000);
+
+  afterAll(async () => {
+    await consumer?.stop().catch(() => {});
+    await Promise.allSettled([admin?.disconnect(), producer?.disconnect()]);
+    await db?.close(passed);
+    await broker?.stop();
+  }, 120_000);
+
+  it.each<ProcessingMode>(['transactional', 'offsets'])(
+    '%s mode: nothing lost, nothing doubled',
+    async (mode) => {
+      try {
+        const topic = uniqueName(`restart-${mode}`);
+        const name = uniqueName(`restart-${mode}-consumer`);
+        await createTopic(admin, topic, 3);
+        consumer = createKafkaConsumer({
+          name,
+          broker: {
+            brokers: broker!.brokers,
+            topic,
+            fromBeginning: true,
+            sessionTimeout: 10_000,
+            maxWaitTimeInMs: 200,
+            // Small fetches: the consumer cannot have the whole backlog in memory when
+            // the broker goes away, so the run really stalls and resumes.
+            maxBytesPerPartition: 1024,
+          },
+          store: db.store,
+          mode,
+          concurrency: 3,
+          logger: silentLogger,
+          backoff: { initialMs: 100, maxMs: 1000 },
+          handler: async (message, ctx) => {
+            await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+            await new Promise((resolve) => setTimeout(resolve, 20));
+          },
+        });
+        const spy = new ConsumerSpy().attach(consumer, 'c');
+        await consumer.start();
+        const before = Array.from({ length: 300 }, (_, n) => `${mode}-before-${n}`);
+        const after = Array.from({ length: 150 }, (_, n) => `${mode}-after-${n}`);
+        // Many small sends: Kafka hands out whole producer batches, whatever the fetch size.
+        for (let start = 0; start < before.length; start += 6) {
+          await publish(
+            producer,
+            topic,
+            before.slice(start, start + 6).map((id, i) => ({ id, body: {}, partition: (start + i) % 3 })),
+          );
+        }
+        await spy.waitForCount('processed', 30, undefined, 30_000);
+        await broker!.pause();
+        // The broker went away mid-run: records were still waiting for it.
+        expect(spy.count('processed'), 'records processed when the broker stopped').toBeLessThan(
+          before.length,
+        );
+        await broker!.resume();
+        await publish(
+          producer,
+          topic,
+          after.map((id, n) => ({ id, body: { n }, partition: n % 3 })),
+        );
+        const all = [...before, ...after];
+        await until(
+          'every record applied after the restart',
+          async () => {
+            const counts = await db.effectCounts();
+            return all.every((id) => counts.has(id));
+          },
+          90_000,
+        );
+        await until(
+          'the group to commit everything',
+          async () => (await groupLag(admin, name, topic)) === 0,
+          60_000,
+        );
+        const counts = await db.effectCounts();
+        const wrong = all.filter((id) => counts.get(id) !== 1).map((id) => `${id}=${counts.get(id)}`);
+        expect(wrong, 'records without exactly one effect').toEqual([]);
+        expect(spy.count('processed'), 'processed events').toBe(all.length);
+        expect(spy.count('deadLettered'), 'dead letters').toBe(0);
+        await consumer.stop();
+        consumer = undefined;
+      } catch (error) {
+        passed = false;
+        throw error;
+      }
+    },
+    180_000,
+  );
+});

@@ -1,0 +1,148 @@
+/**
+ * The Kafka conformance harness (contract: packages/testkit/src/harness.ts): a topic and
+ * a consumer group per scenario on the test broker, the real PostgreSQL store in a
+ * schema per run.
+ */
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { PostgresStore } from '@oncely/postgres';
+import type { AdapterFeatures, AdapterHarness, HarnessSetup } from '@oncely/testkit';
+import {
+  createTopic,
+  DATABASE_URL,
+  DeadLetterReader,
+  groupLag,
+  type KafkaProxy,
+  kafkaClient,
+} from './kafka.js';
+
+/**
+ * What the Kafka adapter can do. `nativeDeadLetter`: Kafka has no dead-letter queue
+ * (the adapter produces to a topic itself). `deliveryCount`: Kafka counts nothing.
+ * `brokerRestart`: the harness has no restart (a broker restart is tested in
+ * restart.test.ts on a broker of its own).
+ */
+export function kafkaFeatures(proxy: boolean): AdapterFeatures {
+  return {
+    redeliveryOnRetry: true,
+    delayedRetry: true,
+    leaseExtension: true,
+    nativeDeadLetter: false,
+    deliveryCount: false,
+    ordering: 'partition',
+    competingConsumers: true,
+    serverSideDisconnect: proxy,
+    brokerRestart: false,
+    brokerDedup: false,
+    staleAckDetectable: true,
+    crossProcess: true,
+  };
+}
+
+/** The same database URL with the host and port of the TCP proxy. */
+function viaProxy(port: number): string {
+  const url = new URL(DATABASE_URL);
+  url.hostname = '127.0.0.1';
+  url.port = String(port);
+  return url.href;
+}
+
+/**
+ * `brokers`: the direct listener. `proxy`: when given, consumers bootstrap through it
+ * (so `disconnect()` can cut them); the harness's own clients stay direct.
+ */
+export function kafkaHarness(options: { brokers: string[]; proxy?: KafkaProxy }): AdapterHarness {
+  const { brokers, proxy } = options;
+  const schema = `oncely_kafka_conformance_${randomBytes(4).toString('hex')}`;
+  const database = new URL(DATABASE_URL);
+  const kafka = kafkaClient(brokers, 'oncely-harness');
+  const consumerBrokers = proxy ? [`127.0.0.1:${proxy.port}`] : brokers;
+
+  return {
+    brokerType: 'kafka',
+    databaseAddress: { host: database.hostname, port: Number(database.port || 5432) },
+    childModule: fileURLToPath(new URL('./child.mjs', import.meta.url)),
+    async createStore() {
+      const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
+      await store.migrate();
+      return {
+        store,
+        childConfig: { connectionString: DATABASE_URL, schema },
+        async cleanup(outcome) {
+          if (outcome?.passed) {
+            await store.transaction(async (tx) => {
+              await tx.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+            });
+          }
+          await store.close();
+        },
+      };
+    },
+    async createStoreVia(port) {
+      const store = new PostgresStore({ connectionString: viaProxy(port), schema, connectTimeoutMs: 2000 });
+      return { store, cleanup: () => store.close() };
+    },
+    async setup({ name, leaseMs, partitions, ordered }): Promise<HarnessSetup> {
+      // Clients per scenario: kafkajs keeps refreshing metadata of every topic a client
+      // ever used, and fails once a previous scenario's topic is deleted.
+      const admin = kafka.admin();
+      const producer = kafka.producer({ allowAutoTopicCreation: false });
+      await Promise.all([admin.connect(), producer.connect()]);
+      const topic = `oncely-${name}`;
+      const deadLetterTopic = `${topic}.dlq`;
+      const groupId = `group-${name}`;
+      const partitionCount = partitions ?? 4;
+      await createTopic(admin, topic, partitionCount);
+      await createTopic(admin, deadLetterTopic, 1);
+      // The lease of a Kafka delivery is the group session (broker minimum here: 1 s).
+      const sessionTimeout = Math.max(1000, leaseMs ?? 10_000);
+      const reader = new DeadLetterReader(kafka, admin, deadLetterTopic);
+      await reader.start();
+      // Without an ordering key, records go round-robin over the partitions: concurrency
+      // needs records on several partitions, and the copies of one ID then land on
+      // partitions that different group members own (competing-consumer races).
+      let next = 0;
+      return {
+        leaseMs: sessionTimeout,
+        async publish(messages) {
+          await producer.send({
+            topic,
+            acks: -1,
+            messages: messages.map((m) => ({
+              value: m.rawBody ?? JSON.stringify(m.body),
+              headers: { ...(m.attributes ?? {}), ...(m.id === undefined ? {} : { 'message-id': m.id }) },
+              ...(ordered && m.orderingKey ? { key: m.orderingKey } : { partition: next++ % partitionCount }),
+            })),
+          });
+        },
+        brokerConfig: (overrides) => ({
+          type: 'kafka',
+          brokers: consumerBrokers,
+          topic,
+          groupId,
+          sessionTimeout,
+          fromBeginning: true,
+          maxWaitTimeInMs: 200,
+          rebalanceTimeout: 30_000,
+          ...overrides,
+        }),
+        deadLetters: async () => (await reader.list()).map((d) => ({ id: d.id, reason: d.reason })),
+        backlog: () => groupLag(admin, groupId, topic),
+        ...(proxy
+          ? {
+              async disconnect() {
+                // A cut that finds no connection would test nothing.
+                if (proxy.disconnect() === 0)
+                  throw new Error('disconnect(): no client connection passed the proxy');
+              },
+            }
+          : {}),
+        async teardown() {
+          await reader.stop();
+          await admin.deleteTopics({ topics: [topic, deadLetterTopic] }).catch(() => {});
+          await Promise.allSettled([admin.disconnect(), producer.disconnect()]);
+        },
+      };
+    },
+  };
+}
