@@ -21,8 +21,8 @@ export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 export type { LeaseKeeperOptions } from './LeaseKeeper.js';
 export { LeaseKeeper } from './LeaseKeeper.js';
 export { silentLogger, stderrLogger } from './logger.js';
-export type { ProcessOnceResult } from './processOnce.js';
-export { MAX_TRANSIENT_RETRIES, processOnce, retryTransient } from './processOnce.js';
+export type { BatchItem, BatchItemResult, ProcessOnceResult } from './processOnce.js';
+export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
 export type {
   AdapterLease,
   AdapterModule,

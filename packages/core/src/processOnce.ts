@@ -51,3 +51,66 @@ export async function retryTransient<T>(store: IdempotencyStore<any>, attempt: (
     }
   }
 }
+
+/** One item of {@link processBatchOnce}. */
+export interface BatchItem<T, Tx = SqlClient> {
+  messageId: string;
+  work: (tx: Tx) => Promise<T>;
+}
+
+/** Outcome of one batch item: like {@link ProcessOnceResult}, or `failed` with the item's error. */
+export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; error: unknown };
+
+/**
+ * The batch fast path: one transaction and one claim statement for many messages. Each
+ * new item's work runs under its own savepoint; an item that throws is rolled back to
+ * its savepoint and its marker removed (its retry must not look like a duplicate), the
+ * others commit together. Results come back in input order. An ID that appears twice
+ * runs once (the second is a `duplicate`).
+ *
+ * Errors the store classifies as transient or unavailable abort the whole batch (nothing
+ * commits): transient ones are retried here, unavailable ones are thrown.
+ *
+ * @example
+ * ```ts
+ * const results = await processBatchOnce(store, 'payments', events.map((e) => ({
+ *   messageId: e.id,
+ *   work: (tx) => tx.query('INSERT INTO payments(order_id, amount) VALUES ($1, $2)', [e.orderId, e.amount]),
+ * })));
+ * ```
+ */
+export async function processBatchOnce<T, Tx = SqlClient>(
+  store: IdempotencyStore<Tx>,
+  consumer: string,
+  items: readonly BatchItem<T, Tx>[],
+): Promise<BatchItemResult<T>[]> {
+  if (items.length === 0) return [];
+  return retryTransient(store, () =>
+    store.transaction(async (tx) => {
+      const claimed = new Set(
+        await store.claim(
+          tx,
+          consumer,
+          items.map((item) => item.messageId),
+        ),
+      );
+      const results: BatchItemResult<T>[] = [];
+      for (const item of items) {
+        // Taking the ID out makes a second occurrence in the same batch a duplicate.
+        if (!claimed.delete(item.messageId)) {
+          results.push({ status: 'duplicate' });
+          continue;
+        }
+        try {
+          results.push({ status: 'processed', result: await store.savepoint(tx, () => item.work(tx)) });
+        } catch (error) {
+          // The transaction itself is in trouble: let the whole batch fail (and retry).
+          if (store.classifyError(error) !== 'other') throw error;
+          await store.unclaim(tx, consumer, [item.messageId]);
+          results.push({ status: 'failed', error });
+        }
+      }
+      return results;
+    }),
+  );
+}

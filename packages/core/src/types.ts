@@ -76,6 +76,11 @@ export interface IdempotencyStore<Tx = SqlClient> {
    * call wait for it: its commit makes the ID a duplicate, its rollback hands it to us.
    */
   claim(tx: Tx, consumer: string, messageIds: readonly string[]): Promise<ReadonlySet<string>>;
+  /**
+   * Deletes markers this transaction claimed for `messageIds` (a batch item whose work
+   * failed after the batch's single claim statement): its retry must find no marker.
+   */
+  unclaim(tx: Tx, consumer: string, messageIds: readonly string[]): Promise<void>;
   /** Runs `work` under a savepoint of `tx`; a throw rolls back to the savepoint and rethrows. */
   savepoint<T>(tx: Tx, work: () => Promise<T>): Promise<T>;
   /**

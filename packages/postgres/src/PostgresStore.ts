@@ -365,6 +365,21 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   }
 
   /**
+   * Deletes markers for `messageIds` inside `tx`: a batch item whose work failed gives
+   * its claim back, so the retry is not mistaken for a duplicate. Call it only for IDs
+   * this transaction claimed.
+   *
+   * @example
+   * ```ts
+   * await store.unclaim(tx, 'payments', ['m-2']);
+   * ```
+   */
+  async unclaim(tx: SqlClient, consumer: string, messageIds: readonly string[]): Promise<void> {
+    if (messageIds.length === 0) return;
+    await tx.query(this.queries.unclaim, [consumer, [...messageIds]]);
+  }
+
+  /**
    * Runs `work` under a savepoint of `tx`; a throw rolls back to the savepoint (keeping the
    * rest of the transaction) and rethrows.
    *

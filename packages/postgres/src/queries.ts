@@ -12,6 +12,8 @@ export interface StoreQueries {
    * returned; rollback ⇒ we insert it.
    */
   readonly claim: string;
+  /** $1 consumer, $2 message IDs: deletes completed markers claimed in this transaction. */
+  readonly unclaim: string;
   /** $1 consumer, $2 message ID. Returns the new count. */
   readonly recordAttempt: string;
   /**
@@ -70,6 +72,7 @@ export function buildQueries(s: string): StoreQueries {
       SELECT $1, id, 'completed' FROM unnest($2::text[]) AS ids(id)
       ON CONFLICT (consumer, message_id) DO NOTHING
       RETURNING message_id`,
+    unclaim: `DELETE FROM ${markers} WHERE consumer = $1 AND message_id = ANY($2::text[]) AND status = 'completed'`,
     recordAttempt: `INSERT INTO ${s}.attempts AS a (consumer, message_id, attempts) VALUES ($1, $2, 1)
       ON CONFLICT (consumer, message_id) DO UPDATE SET attempts = a.attempts + 1, updated_at = now()
       RETURNING a.attempts`,
