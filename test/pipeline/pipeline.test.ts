@@ -294,3 +294,42 @@ describe('pipeline (offsets mode)', () => {
     await consumer.stop();
   });
 });
+
+describe('pipeline (batch)', () => {
+  it('runs a batch in one transaction: new ones commit together, a failing one is retried alone', async () => {
+    const seen: string[] = [];
+    const { adapter, events, consumer } = await startConsumer({
+      concurrency: 4,
+      batch: { size: 4, maxWaitMs: 1000 },
+      handler: async (m, ctx) => {
+        seen.push(m.id);
+        await writeEffect(m, ctx);
+        if (m.id === 'b-bad') throw new Error('bad one');
+      },
+    });
+    expect(await adapter.deliver({ id: 'b-known' })).toEqual({ kind: 'ack' });
+    // Full at 4: runs at once although maxWaitMs is long.
+    const settlements = await Promise.all(
+      ['b-1', 'b-known', 'b-bad', 'b-2'].map((id) => adapter.deliver({ id })),
+    );
+    expect(settlements.map((s) => s.kind)).toEqual(['ack', 'ack', 'retry', 'ack']);
+    expect(seen.sort()).toEqual(['b-1', 'b-2', 'b-bad', 'b-known']);
+    expect(await effectCount('b-1')).toBe(1);
+    expect(await effectCount('b-2')).toBe(1);
+    expect(await effectCount('b-known')).toBe(1);
+    // The failing handler's row and marker were rolled back with its savepoint.
+    expect(await effectCount('b-bad')).toBe(0);
+    const names = events.map(([name]) => name);
+    expect(names.filter((n) => n === 'processed')).toHaveLength(3);
+    expect(names.filter((n) => n === 'duplicate')).toHaveLength(1);
+    expect(names.filter((n) => n === 'retried')).toHaveLength(1);
+    await consumer.stop();
+  });
+
+  it('runs a partial batch after maxWaitMs', async () => {
+    const { adapter, consumer } = await startConsumer({ concurrency: 8, batch: { size: 8, maxWaitMs: 30 } });
+    expect(await adapter.deliver({ id: 'lonely' })).toEqual({ kind: 'ack' });
+    expect(await effectCount('lonely')).toBe(1);
+    await consumer.stop();
+  });
+});

@@ -1,13 +1,14 @@
 import { EventEmitter } from 'node:events';
+import { Batcher } from './Batcher.js';
 import { retryDelayMs } from './backoff.js';
 import { decodeBody } from './body.js';
-import { CONSUMER_DEFAULTS, validateConsumerConfig } from './config.js';
+import { CONSUMER_DEFAULTS, DEFAULT_BATCH_MAX_WAIT_MS, validateConsumerConfig } from './config.js';
 import { ConfigError, ConsumerStateError, LeaseLostError, OncelyError } from './errors.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
 import { stderrLogger } from './logger.js';
 import { Metrics } from './metrics.js';
-import { retryTransient } from './processOnce.js';
+import { processBatchOnce, retryTransient } from './processOnce.js';
 import type {
   AdapterRuntime,
   BrokerAdapter,
@@ -27,8 +28,10 @@ import type {
 type State = 'created' | 'running' | 'stopping' | 'stopped';
 
 /** Resolved config: every optional field filled in. */
-type Settings<TBody, Tx> = Required<Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff'>> &
-  Pick<ConsumerConfig<TBody, Tx>, 'backoff'> & { idStrategy: NonNullable<ConsumerConfig['idStrategy']> };
+type Settings<TBody, Tx> = Required<Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff' | 'batch'>> &
+  Pick<ConsumerConfig<TBody, Tx>, 'backoff' | 'batch'> & {
+    idStrategy: NonNullable<ConsumerConfig['idStrategy']>;
+  };
 
 /** How one attempt at the store ended. */
 type Outcome =
@@ -37,6 +40,20 @@ type Outcome =
   | { kind: 'exhausted' }
   | { kind: 'busy'; retryInMs: number }
   | { kind: 'failed'; error: unknown };
+
+/** A delivery the pipeline holds: its lease keeper runs until it is settled. */
+interface Held {
+  delivery: Delivery;
+  keeper: LeaseKeeper;
+  event: ConsumerEvent;
+}
+
+/** A held delivery with its ID, decoded message and attempt number: ready to run. */
+interface Prepared<TBody> extends Held {
+  key: MessageKey;
+  attempt: number;
+  message: Message<TBody>;
+}
 
 /** Thrown inside the transaction to roll back a claim whose attempts are used up. */
 class AttemptsExhausted extends Error {}
@@ -75,6 +92,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private readonly waiters: Array<() => void> = [];
   /** Set while the store is down: fetching pauses until a probe succeeds. */
   private outage: Promise<void> | undefined;
+  /** Present with the `batch` option: collects prepared deliveries into one transaction. */
+  private readonly batcher: Batcher<Prepared<TBody>> | undefined;
 
   constructor(
     config: ConsumerConfig<TBody, Tx>,
@@ -90,6 +109,15 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     this.store = config.store;
     if (this.settings.mode === 'offsets' && !this.store.offsets) {
       throw new ConfigError('mode', "is 'offsets' but the store keeps no offsets");
+    }
+    if (config.batch) {
+      const { size, maxWaitMs = DEFAULT_BATCH_MAX_WAIT_MS } = config.batch;
+      this.batcher = new Batcher(
+        size,
+        maxWaitMs,
+        (batch) => this.runBatch(batch),
+        (error) => this.log.error('unexpected batch pipeline error', { error }),
+      );
     }
     this.log = this.settings.logger;
     // Unhandled 'error' events would crash the process; we never emit 'error'.
@@ -157,6 +185,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     this.stopping.abort();
     this.wakeWaiters();
     await this.adapter.stop().catch((error) => this.log.warn('adapter stop failed', { error }));
+    this.batcher?.flush();
     if (!(await this.drained(this.settings.stopTimeoutMs))) {
       this.log.warn('stop deadline passed with handlers in flight: aborting their signals', {
         inFlight: this.inFlight,
@@ -247,11 +276,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   // ------------------------------------------------------------------------------------
 
   private async handleDelivery(delivery: Delivery): Promise<void> {
-    const { envelope } = delivery;
-    const messageId = resolveMessageId(this.settings.idStrategy, envelope);
+    const messageId = resolveMessageId(this.settings.idStrategy, delivery.envelope);
     const base: ConsumerEvent = { consumer: this.settings.name, messageId };
-    let ownerOfClaim: string | undefined;
     const key: MessageKey | undefined = messageId ? { consumer: this.settings.name, messageId } : undefined;
+    let ownerOfClaim: string | undefined;
     const keeper = new LeaseKeeper({
       delivery,
       brokerLease: this.adapter.lease,
@@ -271,47 +299,99 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     keeper.start();
     try {
       this.emit('received', base);
-      if (!messageId || !key) {
-        const detail = `message has no ID under ${describeIdStrategy(this.settings.idStrategy)}`;
-        await this.deadLetter(delivery, 'missing-id', detail, base);
+      const held: Held = { delivery, keeper, event: base };
+      const prepared = await this.prepare(held, key);
+      if (!prepared) return;
+      if (this.batcher) {
+        await this.batcher.add(prepared);
         return;
       }
-      let body: unknown;
-      try {
-        body = decodeBody(this.settings.bodyFormat, envelope.body);
-      } catch (error) {
-        await this.deadLetter(delivery, 'invalid-body', `body does not decode: ${errorText(error)}`, base);
-        return;
-      }
-      const attempt = await this.withStore(delivery, keeper, base, () => this.attemptNumber(delivery, key));
-      if (attempt === undefined) return;
-      const message: Message<TBody> = {
-        id: messageId,
-        body: body as TBody,
-        attributes: envelope.attributes,
-        deliveryAttempt: attempt,
-        redelivered: envelope.redelivered,
-        orderingKey: envelope.orderingKey,
-        sequence: envelope.sequence,
-        source: envelope.source,
-        broker: this.adapter.type,
-        raw: envelope.raw,
-      };
-      const event = { ...base, attempt };
       const started = Date.now();
-      const outcome = await this.withStore(delivery, keeper, event, () =>
+      const outcome = await this.withStore([prepared], prepared.event, () =>
         this.settings.mode === 'leased'
-          ? this.runLeased(message, key, attempt, keeper, event, (owner) => {
+          ? this.runLeased(prepared, (owner) => {
               ownerOfClaim = owner;
             })
-          : this.runTransactional(message, key, attempt, keeper, delivery),
+          : this.runTransactional(prepared),
       );
       if (outcome === undefined) return;
-      await this.conclude(outcome, delivery, { ...event, durationMs: Date.now() - started });
+      await this.conclude(outcome, delivery, { ...prepared.event, durationMs: Date.now() - started });
     } finally {
       keeper.stop();
       this.keepers.delete(keeper);
     }
+  }
+
+  /**
+   * Resolves the ID, decodes the body (dead-lettering poison) and finds the attempt
+   * number. Returns undefined when the delivery was settled here.
+   */
+  private async prepare(held: Held, key: MessageKey | undefined): Promise<Prepared<TBody> | undefined> {
+    const { delivery, event } = held;
+    const { envelope } = delivery;
+    if (!key) {
+      const detail = `message has no ID under ${describeIdStrategy(this.settings.idStrategy)}`;
+      await this.deadLetter(delivery, 'missing-id', detail, event);
+      return undefined;
+    }
+    let body: unknown;
+    try {
+      body = decodeBody(this.settings.bodyFormat, envelope.body);
+    } catch (error) {
+      await this.deadLetter(delivery, 'invalid-body', `body does not decode: ${errorText(error)}`, event);
+      return undefined;
+    }
+    const attempt = await this.withStore([held], event, () => this.attemptNumber(delivery, key));
+    if (attempt === undefined) return undefined;
+    const message: Message<TBody> = {
+      id: key.messageId,
+      body: body as TBody,
+      attributes: envelope.attributes,
+      deliveryAttempt: attempt,
+      redelivered: envelope.redelivered,
+      orderingKey: envelope.orderingKey,
+      sequence: envelope.sequence,
+      source: envelope.source,
+      broker: this.adapter.type,
+      raw: envelope.raw,
+    };
+    return { ...held, key, attempt, message, event: { ...event, attempt } };
+  }
+
+  /**
+   * The batch fast path: one transaction and one claim for the whole batch, each
+   * handler under its own savepoint, every delivery settled after the one commit.
+   */
+  private async runBatch(batch: readonly Prepared<TBody>[]): Promise<void> {
+    const started = Date.now();
+    const outcomes = await this.withStore(
+      batch,
+      { consumer: this.settings.name },
+      async (): Promise<Outcome[]> => {
+        const results = await processBatchOnce(
+          this.store,
+          this.settings.name,
+          batch.map((entry) => ({
+            messageId: entry.key.messageId,
+            work: async (tx: Tx) => {
+              if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
+              await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
+            },
+          })),
+        );
+        return results.map((result): Outcome => {
+          if (result.status !== 'failed') return { kind: result.status };
+          return result.error instanceof AttemptsExhausted
+            ? { kind: 'exhausted' }
+            : { kind: 'failed', error: result.error };
+        });
+      },
+    );
+    if (outcomes === undefined) return;
+    const durationMs = Date.now() - started;
+    await Promise.all(
+      batch.map((entry, i) => this.conclude(outcomes[i]!, entry.delivery, { ...entry.event, durationMs })),
+    );
   }
 
   /** The broker's delivery count where it keeps one, else the advisory counter in the store. */
@@ -322,13 +402,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   }
 
   /** `transactional` and `offsets` modes: marker (or offset) and effect in one transaction. */
-  private async runTransactional(
-    message: Message<TBody>,
-    key: MessageKey,
-    attempt: number,
-    keeper: LeaseKeeper,
-    delivery: Delivery,
-  ): Promise<Outcome> {
+  private async runTransactional({
+    message,
+    key,
+    attempt,
+    keeper,
+    delivery,
+  }: Prepared<TBody>): Promise<Outcome> {
     const offset = delivery.envelope.offset;
     try {
       if (this.settings.mode === 'offsets' && !offset) {
@@ -369,11 +449,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
 
   /** `leased` mode: claim in its own commit, run outside any transaction, complete if still owner. */
   private async runLeased(
-    message: Message<TBody>,
-    key: MessageKey,
-    attempt: number,
-    keeper: LeaseKeeper,
-    event: ConsumerEvent,
+    { message, key, attempt, keeper, event }: Prepared<TBody>,
     setOwner: (owner: string | undefined) => void,
   ): Promise<Outcome> {
     const claim = await retryTransient(this.store, () => this.store.acquireLease(key, this.settings.leaseMs));
@@ -540,14 +616,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   // ------------------------------------------------------------------------------------
 
   /**
-   * Runs a store step. When the store is unavailable, fetching pauses, the delivery is
-   * held (its lease kept) and the step re-run once the store answers; after
-   * `outageHoldMs` the delivery is released to the broker. Returns undefined when the
-   * delivery was released.
+   * Runs a store step for held deliveries. When the store is unavailable, fetching
+   * pauses, the deliveries are held (their leases kept) and the step re-run once the
+   * store answers; after `outageHoldMs` (or when a lease is lost) they are released to
+   * the broker. Returns undefined when they were released.
    */
   private async withStore<T>(
-    delivery: Delivery,
-    keeper: LeaseKeeper,
+    held: readonly Held[],
     event: ConsumerEvent,
     step: () => Promise<T>,
   ): Promise<T | undefined> {
@@ -558,9 +633,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       } catch (error) {
         if (this.store.classifyError(error) !== 'unavailable') throw error;
         this.enterOutage(error, event);
-        const recovered = await this.waitForStore(holdUntil, keeper.signal);
-        if (!recovered) {
-          if (await this.settle('release', () => delivery.release(), event)) this.emit('released', event);
+        const leases = AbortSignal.any(held.map((h) => h.keeper.signal));
+        if (!(await this.waitForStore(holdUntil, leases))) {
+          for (const { delivery, event: heldEvent } of held) {
+            if (await this.settle('release', () => delivery.release(), heldEvent))
+              this.emit('released', heldEvent);
+          }
           return undefined;
         }
       }

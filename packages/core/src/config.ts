@@ -25,6 +25,9 @@ export const CONSUMER_DEFAULTS = {
   stopTimeoutMs: 30_000,
 } as const;
 
+/** Default of `batch.maxWaitMs`: how long a partial batch waits for more messages. */
+export const DEFAULT_BATCH_MAX_WAIT_MS = 20;
+
 const MODES = ['transactional', 'leased', 'offsets'] as const;
 const BODY_FORMATS = ['json', 'text', 'buffer'] as const;
 const ID_STRATEGIES = ['producer', 'broker', 'deduplication-id', 'content-hash'] as const;
@@ -44,6 +47,7 @@ const KNOWN_FIELDS = new Set([
   'leaseMs',
   'outageHoldMs',
   'stopTimeoutMs',
+  'batch',
   'logger',
 ]);
 
@@ -107,6 +111,24 @@ function validateSerializable(config: Record<string, unknown>, label: (field: st
   integer(config.outageHoldMs, 0, 24 * 3600_000, label('outageHoldMs'));
   integer(config.stopTimeoutMs, 0, 24 * 3600_000, label('stopTimeoutMs'));
   if (config.mode !== undefined) oneOf(config.mode, MODES, label('mode'));
+  const batch = config.batch as Record<string, unknown> | undefined;
+  if (batch !== undefined) {
+    if (typeof batch !== 'object' || batch === null)
+      throw new ConfigError(label('batch'), 'must be an object');
+    integer(batch.size, 1, 1000, label('batch.size'));
+    if (batch.size === undefined) throw new ConfigError(label('batch.size'), 'is required with batch');
+    integer(batch.maxWaitMs, 0, 60_000, label('batch.maxWaitMs'));
+    const concurrency = (config.concurrency as number | undefined) ?? CONSUMER_DEFAULTS.concurrency;
+    if ((batch.size as number) > concurrency) {
+      throw new ConfigError(
+        label('batch.size'),
+        `must be <= concurrency (${concurrency}): a batch fills only with messages in flight at once; got ${batch.size}`,
+      );
+    }
+    if (config.mode !== undefined && config.mode !== 'transactional') {
+      throw new ConfigError(label('batch'), `works in 'transactional' mode only, not '${config.mode}'`);
+    }
+  }
   if (config.leaseRenewal !== undefined && typeof config.leaseRenewal !== 'boolean') {
     throw new ConfigError(label('leaseRenewal'), `must be true or false, got ${show(config.leaseRenewal)}`);
   }

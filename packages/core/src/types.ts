@@ -401,6 +401,14 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
   outageHoldMs?: number;
   /** `stop()` waits this long for in-flight handlers before aborting their signals. @default 30000 */
   stopTimeoutMs?: number;
+  /**
+   * The fast path: up to `size` messages in flight are claimed in one statement and run
+   * in one transaction, each handler under its own savepoint (a failing one rolls back
+   * alone and is retried), all settled after the one commit. A batch runs when full or
+   * `maxWaitMs` (default 20) after its first message. `size` must not exceed
+   * `concurrency`; `transactional` mode only. Handlers of a batch run one after another.
+   */
+  batch?: { size: number; maxWaitMs?: number };
   logger?: Logger;
 }
 

@@ -142,3 +142,20 @@ describe('createConsumer', () => {
     expect((error as Error).message).toContain('npm install @oncely/servicebus');
   });
 });
+
+describe('batch config', () => {
+  it('needs a size within concurrency, in transactional mode', () => {
+    expect(() => validateConsumerConfig({ ...valid(), concurrency: 10, batch: { size: 10 } })).not.toThrow();
+    expect(fieldOf(() => validateConsumerConfig({ ...valid(), concurrency: 4, batch: { size: 10 } }))).toBe(
+      'batch.size',
+    );
+    expect(fieldOf(() => validateConsumerConfig({ ...valid(), batch: {} as { size: number } }))).toBe(
+      'batch.size',
+    );
+    expect(
+      fieldOf(() =>
+        validateConsumerConfig({ ...valid(), concurrency: 4, mode: 'leased', batch: { size: 2 } }),
+      ),
+    ).toBe('batch');
+  });
+});
