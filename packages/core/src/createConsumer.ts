@@ -30,7 +30,27 @@ export async function createConsumer<TBody = unknown, Tx = SqlClient>(
 ): Promise<Consumer<TBody, Tx>> {
   validateConsumerConfig(config);
   const module = await loadAdapterModule(config.broker.type as BrokerType);
-  const adapter = module.createAdapter(config.broker, {
+  return createConsumerWith(config, module.createAdapter);
+}
+
+/**
+ * Creates a consumer with a given adapter factory, no dynamic import: what each adapter
+ * package's typed factory (`createSqsConsumer`, ...) calls. Validates the config first,
+ * so a bad field is reported as such and not as an adapter error, and hands the adapter
+ * the consumer settings it checks against the broker at start.
+ *
+ * @example
+ * ```ts
+ * import { createAdapter } from '@oncely/sqs';
+ * const consumer = createConsumerWith({ name: 'payments', broker: { type: 'sqs', queueUrl }, store, handler }, createAdapter);
+ * ```
+ */
+export function createConsumerWith<TBody = unknown, Tx = SqlClient>(
+  config: ConsumerConfig<TBody, Tx>,
+  createAdapter: AdapterModule['createAdapter'],
+): Consumer<TBody, Tx> {
+  validateConsumerConfig(config);
+  const adapter = createAdapter(config.broker, {
     consumerName: config.name,
     log: config.logger ?? stderrLogger,
     idStrategy: config.idStrategy,

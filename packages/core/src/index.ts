@@ -3,7 +3,7 @@ export { decodeBody } from './body.js';
 export { Consumer } from './Consumer.js';
 export type { LoadConfigOptions, LoadedConfig } from './config.js';
 export { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, loadConfig, validateConsumerConfig } from './config.js';
-export { createConsumer, loadAdapterModule } from './createConsumer.js';
+export { createConsumer, createConsumerWith, loadAdapterModule } from './createConsumer.js';
 export type { OncelyErrorCode } from './errors.js';
 export {
   AdapterNotInstalledError,

@@ -1,4 +1,4 @@
-import type { BrokerAdapter, BrokerConfig, Logger } from '@oncely/core';
+import type { AdapterOptions, BrokerAdapter, BrokerConfig } from '@oncely/core';
 import { KafkaAdapter } from './KafkaAdapter.js';
 
 /**
@@ -10,9 +10,6 @@ import { KafkaAdapter } from './KafkaAdapter.js';
  * const adapter = createAdapter({ type: 'kafka', brokers: ['localhost:9092'], topic: 'orders' }, { consumerName: 'orders', log: stderrLogger });
  * ```
  */
-export function createAdapter(
-  broker: BrokerConfig,
-  options: { consumerName: string; log: Logger },
-): BrokerAdapter {
+export function createAdapter(broker: BrokerConfig, options: AdapterOptions): BrokerAdapter {
   return new KafkaAdapter(broker, options);
 }

@@ -1,6 +1,6 @@
-import { Consumer, type ConsumerConfig, type SqlClient, stderrLogger } from '@oncely/core';
+import { type Consumer, type ConsumerConfig, createConsumerWith, type SqlClient } from '@oncely/core';
 import type { KafkaBrokerConfig, KafkaBrokerOptions } from './config.js';
-import { KafkaAdapter } from './KafkaAdapter.js';
+import { createAdapter } from './createAdapter.js';
 
 /**
  * `createKafkaConsumer` options: a consumer config whose `broker` is the Kafka section
@@ -45,10 +45,5 @@ export function createKafkaConsumer<TBody = unknown, Tx = SqlClient>(
   options: KafkaConsumerOptions<TBody, Tx>,
 ): Consumer<TBody, Tx> {
   const broker: KafkaBrokerConfig = { ...options.broker, type: 'kafka' };
-  const config: ConsumerConfig<TBody, Tx> = { ...options, broker };
-  const adapter = new KafkaAdapter(broker, {
-    consumerName: options.name,
-    log: options.logger ?? stderrLogger,
-  });
-  return new Consumer(config, adapter);
+  return createConsumerWith({ ...options, broker }, createAdapter);
 }

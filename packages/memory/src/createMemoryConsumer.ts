@@ -1,10 +1,4 @@
-import {
-  Consumer,
-  type ConsumerConfig,
-  type SqlClient,
-  stderrLogger,
-  validateConsumerConfig,
-} from '@oncely/core';
+import { type Consumer, type ConsumerConfig, createConsumerWith, type SqlClient } from '@oncely/core';
 import type { MemoryBrokerConfig } from './config.js';
 import { createAdapter } from './MemoryAdapter.js';
 
@@ -38,12 +32,5 @@ export interface MemoryConsumerOptions<TBody = unknown, Tx = SqlClient>
 export function createMemoryConsumer<TBody = unknown, Tx = SqlClient>(
   options: MemoryConsumerOptions<TBody, Tx>,
 ): Consumer<TBody, Tx> {
-  const config = { ...options, broker: { ...options.broker, type: 'memory' } } as ConsumerConfig<TBody, Tx>;
-  // Validate the whole config first, so a missing name is reported as such and not as an adapter error.
-  validateConsumerConfig(config);
-  const adapter = createAdapter(config.broker, {
-    consumerName: config.name,
-    log: config.logger ?? stderrLogger,
-  });
-  return new Consumer(config, adapter);
+  return createConsumerWith({ ...options, broker: { ...options.broker, type: 'memory' } }, createAdapter);
 }

@@ -1,12 +1,10 @@
 import {
   type AdapterOptions,
   type BrokerConfig,
-  CONSUMER_DEFAULTS,
-  Consumer,
+  type Consumer,
   type ConsumerConfig,
+  createConsumerWith,
   type SqlClient,
-  stderrLogger,
-  validateConsumerConfig,
 } from '@oncely/core';
 import { parseBrokerOptions, type RabbitMqBrokerOptions } from './options.js';
 import { RabbitMqAdapter } from './RabbitMqAdapter.js';
@@ -32,8 +30,9 @@ export function createAdapter(broker: BrokerConfig, options: AdapterOptions): Ra
 
 /**
  * Creates a RabbitMQ consumer without going through `createConsumer`'s dynamic import,
- * with the broker options typed. It also tells the adapter the handler timeout, so a
- * handler that can outlive the server's `consumer_timeout` is refused at `start()`.
+ * with the broker options typed. Like `createConsumer`, it tells the adapter the handler
+ * timeout, so a handler that can outlive the server's `consumer_timeout` is refused at
+ * `start()`.
  *
  * @example
  * ```ts
@@ -52,15 +51,5 @@ export function createAdapter(broker: BrokerConfig, options: AdapterOptions): Ra
 export function createRabbitMqConsumer<TBody = unknown, Tx = SqlClient>(
   options: RabbitMqConsumerOptions<TBody, Tx>,
 ): Consumer<TBody, Tx> {
-  const config = { ...options, broker: { ...options.broker, type: 'rabbitmq' } } as ConsumerConfig<TBody, Tx>;
-  validateConsumerConfig(config);
-  const adapter = new RabbitMqAdapter(parseBrokerOptions(config.broker), {
-    consumerName: config.name,
-    log: config.logger ?? stderrLogger,
-    idStrategy: config.idStrategy,
-    maxAttempts: config.maxAttempts ?? CONSUMER_DEFAULTS.maxAttempts,
-    handlerTimeoutMs: config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
-    outageHoldMs: config.outageHoldMs ?? CONSUMER_DEFAULTS.outageHoldMs,
-  });
-  return new Consumer(config, adapter);
+  return createConsumerWith({ ...options, broker: { ...options.broker, type: 'rabbitmq' } }, createAdapter);
 }

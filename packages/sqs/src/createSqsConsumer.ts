@@ -1,11 +1,5 @@
-import {
-  Consumer,
-  type ConsumerConfig,
-  type SqlClient,
-  stderrLogger,
-  validateConsumerConfig,
-} from '@oncely/core';
-import { SqsAdapter } from './SqsAdapter.js';
+import { type Consumer, type ConsumerConfig, createConsumerWith, type SqlClient } from '@oncely/core';
+import { createAdapter } from './createAdapter.js';
 import type { SqsBrokerConfig } from './sqsConfig.js';
 
 /**
@@ -47,14 +41,5 @@ export type SqsConsumerOptions<TBody = unknown, Tx = SqlClient> = Omit<
 export function createSqsConsumer<TBody = unknown, Tx = SqlClient>(
   options: SqsConsumerOptions<TBody, Tx>,
 ): Consumer<TBody, Tx> {
-  const config: ConsumerConfig<TBody, Tx> = { ...options, broker: { ...options.broker, type: 'sqs' } };
-  validateConsumerConfig(config);
-  const adapter = new SqsAdapter(config.broker, {
-    consumerName: config.name,
-    log: config.logger ?? stderrLogger,
-    idStrategy: config.idStrategy,
-    // The core's default is 5; the start-time redrive check needs the effective value.
-    maxAttempts: config.maxAttempts ?? 5,
-  });
-  return new Consumer(config, adapter);
+  return createConsumerWith({ ...options, broker: { ...options.broker, type: 'sqs' } }, createAdapter);
 }
