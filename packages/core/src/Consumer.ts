@@ -684,16 +684,20 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     if (!outage) return true;
     const remaining = holdUntil - Date.now();
     if (remaining <= 0 || leaseSignal.aborted) return false;
-    let timer: NodeJS.Timeout | undefined;
+    let giveUp!: () => void;
     const gaveUp = new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), remaining);
-      leaseSignal.addEventListener('abort', () => resolve(false), { once: true });
-      this.stopping.signal.addEventListener('abort', () => resolve(false), { once: true });
+      giveUp = () => resolve(false);
     });
+    const timer = setTimeout(giveUp, remaining);
+    // Removed again below: the consumer's stopping signal lives as long as the consumer.
+    leaseSignal.addEventListener('abort', giveUp, { once: true });
+    this.stopping.signal.addEventListener('abort', giveUp, { once: true });
     try {
       return await Promise.race([outage.then(() => true as const), gaveUp]);
     } finally {
       clearTimeout(timer);
+      leaseSignal.removeEventListener('abort', giveUp);
+      this.stopping.signal.removeEventListener('abort', giveUp);
     }
   }
 

@@ -63,18 +63,17 @@ export class LeaseKeeper {
 
   start(): void {
     const { lost } = this.options.delivery;
-    if (lost) {
-      const onLost = () => {
-        if (!this.stopped)
-          this.lose(
-            new LeaseLostError('the broker can no longer settle this delivery', { cause: lost.reason }),
-          );
-      };
-      if (lost.aborted) onLost();
-      else lost.addEventListener('abort', onLost, { once: true });
-    }
+    if (lost?.aborted) this.onDeliveryLost();
+    // Removed in stop(): one channel's signal serves every delivery it makes.
+    else lost?.addEventListener('abort', this.onDeliveryLost, { once: true });
     if (this.intervalMs !== undefined) this.schedule();
   }
+
+  private readonly onDeliveryLost = (): void => {
+    if (this.stopped) return;
+    const cause = this.options.delivery.lost?.reason;
+    this.lose(new LeaseLostError('the broker can no longer settle this delivery', { cause }));
+  };
 
   /** Starts the handler's clock; `signal` aborts with `HandlerTimeoutError` when it runs out. */
   startHandlerClock(): void {
@@ -101,6 +100,7 @@ export class LeaseKeeper {
     this.stopped = true;
     clearTimeout(this.renewTimer);
     clearTimeout(this.handlerTimer);
+    this.options.delivery.lost?.removeEventListener('abort', this.onDeliveryLost);
   }
 
   private schedule(): void {

@@ -151,3 +151,27 @@ describe('LeaseKeeper with Delivery.lost', () => {
     expect(events).toEqual([]);
   });
 });
+
+describe('LeaseKeeper listeners', () => {
+  it('removes its listener from a shared lost signal when stopped (one channel serves many deliveries)', () => {
+    const channel = new AbortController();
+    let listeners = 0;
+    const signal = channel.signal;
+    const add = signal.addEventListener.bind(signal);
+    const remove = signal.removeEventListener.bind(signal);
+    signal.addEventListener = ((...args: Parameters<typeof add>) => {
+      listeners++;
+      add(...args);
+    }) as typeof signal.addEventListener;
+    signal.removeEventListener = ((...args: Parameters<typeof remove>) => {
+      listeners--;
+      remove(...args);
+    }) as typeof signal.removeEventListener;
+    for (let i = 0; i < 50; i++) {
+      const { k } = keeper({ ...leasedDelivery(async () => {}), lost: signal });
+      k.start();
+      k.stop();
+    }
+    expect(listeners).toBe(0);
+  });
+});
