@@ -177,7 +177,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   }
 
   private async shutdown(): Promise<void> {
-    if (this.state === 'created') {
+    // Never started, or start() failed and already closed the adapter.
+    if (this.state === 'created' || this.state === 'stopped') {
       this.state = 'stopped';
       return;
     }
