@@ -69,6 +69,22 @@ describe('processBatchOnce', () => {
     expect((await effects('a-bad')).get('a-bad')).toBe(1);
   });
 
+  it('runs each item once when none fails (no savepoints on the fast path)', async () => {
+    const runs = new Map<string, number>();
+    const counted = (id: string) => async (tx: SqlClient) => {
+      runs.set(id, (runs.get(id) ?? 0) + 1);
+      return insert(id)(tx);
+    };
+    const results = await processBatchOnce(
+      store,
+      'c',
+      ['f-1', 'f-2', 'f-3'].map((id) => ({ messageId: id, work: counted(id) })),
+    );
+    expect(results.map((r) => r.status)).toEqual(['processed', 'processed', 'processed']);
+    expect(Object.fromEntries(runs)).toEqual({ 'f-1': 1, 'f-2': 1, 'f-3': 1 });
+    expect(Object.fromEntries(await effects('f-'))).toEqual({ 'f-1': 1, 'f-2': 1, 'f-3': 1 });
+  });
+
   it('two stores racing overlapping batches in opposite orders: no deadlock, one effect per ID', async () => {
     const ids = Array.from({ length: 50 }, (_, i) => `r-${String(i).padStart(2, '0')}`);
     const batch = (order: string[]) => order.map((id) => ({ messageId: id, work: insert(id) }));

@@ -62,11 +62,17 @@ export interface BatchItem<T, Tx = SqlClient> {
 export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; error: unknown };
 
 /**
- * The batch fast path: one transaction and one claim statement for many messages. Each
- * new item's work runs under its own savepoint; an item that throws is rolled back to
- * its savepoint and its marker removed (its retry must not look like a duplicate), the
- * others commit together. Results come back in input order. An ID that appears twice
- * runs once (the second is a `duplicate`).
+ * The batch fast path: one transaction and one claim statement for many messages.
+ * Results come back in input order; an ID that appears twice runs once (the second is a
+ * `duplicate`).
+ *
+ * It first runs every new item's work with no savepoints (two round trips fewer per
+ * item). If an item throws, that transaction is rolled back and the batch runs again
+ * with each item under its own savepoint: the failing item is rolled back to its
+ * savepoint and its marker removed (its retry must not look like a duplicate), the
+ * others commit together. Work before the failing item therefore runs twice in that
+ * case — inside the transaction that is invisible; calls outside it must carry their
+ * idempotency key, as for any retry.
  *
  * Errors the store classifies as transient or unavailable abort the whole batch (nothing
  * commits): transient ones are retried here, unavailable ones are thrown.
@@ -85,15 +91,27 @@ export async function processBatchOnce<T, Tx = SqlClient>(
   items: readonly BatchItem<T, Tx>[],
 ): Promise<BatchItemResult<T>[]> {
   if (items.length === 0) return [];
+  try {
+    return await runBatch(store, consumer, items, false);
+  } catch (error) {
+    if (!(error instanceof BatchItemFailed)) throw error;
+    return runBatch(store, consumer, items, true);
+  }
+}
+
+/** Rolls back the savepoint-free attempt when one item fails. */
+class BatchItemFailed extends Error {}
+
+function runBatch<T, Tx>(
+  store: IdempotencyStore<Tx>,
+  consumer: string,
+  items: readonly BatchItem<T, Tx>[],
+  isolateItems: boolean,
+): Promise<BatchItemResult<T>[]> {
   return retryTransient(store, () =>
     store.transaction(async (tx) => {
-      const claimed = new Set(
-        await store.claim(
-          tx,
-          consumer,
-          items.map((item) => item.messageId),
-        ),
-      );
+      const ids = items.map((item) => item.messageId);
+      const claimed = new Set(await store.claim(tx, consumer, ids));
       const results: BatchItemResult<T>[] = [];
       for (const item of items) {
         // Taking the ID out makes a second occurrence in the same batch a duplicate.
@@ -102,10 +120,12 @@ export async function processBatchOnce<T, Tx = SqlClient>(
           continue;
         }
         try {
-          results.push({ status: 'processed', result: await store.savepoint(tx, () => item.work(tx)) });
+          const result = isolateItems ? await store.savepoint(tx, () => item.work(tx)) : await item.work(tx);
+          results.push({ status: 'processed', result });
         } catch (error) {
           // The transaction itself is in trouble: let the whole batch fail (and retry).
           if (store.classifyError(error) !== 'other') throw error;
+          if (!isolateItems) throw new BatchItemFailed();
           await store.unclaim(tx, consumer, [item.messageId]);
           results.push({ status: 'failed', error });
         }

@@ -403,8 +403,9 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
   stopTimeoutMs?: number;
   /**
    * The fast path: up to `size` messages in flight are claimed in one statement and run
-   * in one transaction, each handler under its own savepoint (a failing one rolls back
-   * alone and is retried), all settled after the one commit. A batch runs when full or
+   * in one transaction, all settled after the one commit. If a handler throws, the batch
+   * runs again with each handler under its own savepoint (the failing one rolls back
+   * alone and is retried; see `processBatchOnce`). A batch runs when full or
    * `maxWaitMs` (default 20) after its first message. `size` must not exceed
    * `concurrency`; `transactional` mode only. Handlers of a batch run one after another.
    */
