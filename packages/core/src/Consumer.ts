@@ -684,7 +684,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     const outage = this.outage;
     if (!outage) return true;
     const remaining = holdUntil - Date.now();
-    if (remaining <= 0 || leaseSignal.aborted) return false;
+    if (remaining <= 0 || leaseSignal.aborted || this.stopping.signal.aborted) return false;
     let giveUp!: () => void;
     const gaveUp = new Promise<false>((resolve) => {
       giveUp = () => resolve(false);

@@ -195,10 +195,17 @@ export class FaultInjector {
       get leaseExpiresAt() {
         return delivery.leaseExpiresAt;
       },
+      get receivedAt() {
+        return delivery.receivedAt;
+      },
+      get lost() {
+        return delivery.lost;
+      },
       ack: () => settle('ack', () => delivery.ack()),
-      retryLater: (delayMs) => settle('retryLater', () => delivery.retryLater(delayMs), { delayMs }),
-      deadLetter: (reason, detail) =>
-        settle('deadLetter', () => delivery.deadLetter(reason, detail), { reason }),
+      retryLater: (delayMs, info) =>
+        settle('retryLater', () => delivery.retryLater(delayMs, info), { delayMs }),
+      deadLetter: (reason, detail, info) =>
+        settle('deadLetter', () => delivery.deadLetter(reason, detail, info), { reason }),
       release: () => settle('release', () => delivery.release()),
     };
     // The lease keeper renews only when extendLease exists: keep it absent when the broker has none.
