@@ -12,6 +12,8 @@ export interface StoreQueries {
    * returned; rollback ⇒ we insert it.
    */
   readonly claim: string;
+  /** $1 consumer, $2 one message ID: the single-message claim, without unnest. Returns it when inserted. */
+  readonly claimOne: string;
   /** $1 consumer, $2 message IDs: deletes completed markers claimed in this transaction. */
   readonly unclaim: string;
   /** $1 consumer, $2 message ID. Returns the new count. */
@@ -70,6 +72,9 @@ export function buildQueries(s: string): StoreQueries {
   return {
     claim: `INSERT INTO ${markers} (consumer, message_id, status)
       SELECT $1, id, 'completed' FROM unnest($2::text[]) AS ids(id)
+      ON CONFLICT (consumer, message_id) DO NOTHING
+      RETURNING message_id`,
+    claimOne: `INSERT INTO ${markers} (consumer, message_id, status) VALUES ($1, $2, 'completed')
       ON CONFLICT (consumer, message_id) DO NOTHING
       RETURNING message_id`,
     unclaim: `DELETE FROM ${markers} WHERE consumer = $1 AND message_id = ANY($2::text[]) AND status = 'completed'`,

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Channel, ConsumeMessage } from 'amqplib';
 import { ChannelClosedError } from './errors.js';
 
@@ -24,7 +25,11 @@ export class DeliveryChannel {
     readonly channel: Channel,
     /** 1 for the adapter's first consumer channel, +1 for each one after. */
     readonly generation: number,
-  ) {}
+  ) {
+    // Every delivery in flight on the channel listens (up to prefetch at once, each removed
+    // when its delivery settles): more than Node's default of 10 is expected, not a leak.
+    setMaxListeners(0, this.closed.signal);
+  }
 
   /** False once the channel closed (by the broker, a connection loss, or us). */
   get alive(): boolean {

@@ -1,0 +1,152 @@
+// Shared parts of the per-broker scenarios (bench/memory, bench/sqs): timing an Oncely
+// consumer until every message is settled, a pipelined raw loop with a fixed number of
+// handler slots (what the adapters do: fetch at most the free slots), and the printed
+// table. Each round drains a queue of its own, filled before the clock starts.
+import { medianRatio, summarise } from './common.mjs';
+import { formatMs, formatRate, formatRatio, LatencyRecorder } from './stats.mjs';
+
+/** How long one variant may take before the round is declared stuck. */
+const ROUND_DEADLINE_MS = 120_000;
+
+/**
+ * Starts `consumer`, waits until `total` messages were processed (or found duplicate),
+ * stops it. Latency per message: from the consumer's `received` event to its
+ * `processed` event (the commit is done; the ack follows right after).
+ */
+export async function measureConsumer(consumer, total) {
+  const latency = new LatencyRecorder(total);
+  const receivedAt = new Map();
+  let done = 0;
+  let failures = 0;
+  let lastError;
+  let finish;
+  const finished = new Promise((resolve) => {
+    finish = resolve;
+  });
+  consumer.on('received', (event) => receivedAt.set(event.messageId, performance.now()));
+  const settled = (event) => {
+    const at = receivedAt.get(event.messageId);
+    if (at !== undefined) {
+      latency.record(performance.now() - at);
+      receivedAt.delete(event.messageId);
+    }
+    if (++done === total) finish();
+  };
+  consumer.on('processed', settled);
+  consumer.on('duplicate', settled);
+  for (const name of ['failed', 'ackFailed', 'deadLettered', 'storeUnavailable']) {
+    consumer.on(name, (event) => {
+      failures++;
+      lastError = event.error ?? event.reason ?? name;
+    });
+  }
+  const started = performance.now();
+  await consumer.start();
+  await withDeadline(finished, () => `${done} of ${total} settled`);
+  const elapsedMs = performance.now() - started;
+  await consumer.stop();
+  if (failures > 0) throw new Error(`${failures} failures during the Oncely run; last: ${String(lastError)}`);
+  return { ops: total, elapsedMs, perSecond: total / (elapsedMs / 1000), latency };
+}
+
+/**
+ * A raw consume loop with `concurrency` handler slots: `receive(max)` fetches at most the
+ * free slots, each message runs `handle` (its own work plus the ack) without blocking the
+ * next fetch. Latency per message: from its fetch returning to its ack resolving.
+ */
+export async function slotLoop({ concurrency, total, receive, handle }) {
+  const latency = new LatencyRecorder(total);
+  let inFlight = 0;
+  let done = 0;
+  let wake;
+  let failure;
+  const started = performance.now();
+  const run = async () => {
+    while (done + inFlight < total && failure === undefined) {
+      if (inFlight >= concurrency) {
+        await new Promise((resolve) => {
+          wake = resolve;
+        });
+        continue;
+      }
+      const batch = await receive(Math.min(concurrency - inFlight, total - done - inFlight));
+      const fetchedAt = performance.now();
+      for (const message of batch) {
+        inFlight++;
+        handle(message).then(
+          () => {
+            latency.record(performance.now() - fetchedAt);
+            inFlight--;
+            done++;
+            wake?.();
+          },
+          (error) => {
+            failure ??= error;
+            inFlight--;
+            wake?.();
+          },
+        );
+      }
+    }
+    while (inFlight > 0) {
+      await new Promise((resolve) => {
+        wake = resolve;
+      });
+    }
+  };
+  await withDeadline(run(), () => `${done} of ${total} done`);
+  if (failure !== undefined) throw failure;
+  const elapsedMs = performance.now() - started;
+  return { ops: total, elapsedMs, perSecond: total / (elapsedMs / 1000), latency };
+}
+
+export async function withDeadline(promise, describe) {
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`no progress within ${ROUND_DEADLINE_MS} ms: ${describe()}`)),
+      ROUND_DEADLINE_MS,
+    );
+  });
+  try {
+    return await Promise.race([promise, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Prints one broker's table: rates, latencies and ratios against both raw baselines. */
+export function printBrokerTable(title, result) {
+  console.log(`\n${title}`);
+  console.log('variant          msgs/s     p50 ms   p99 ms   raw/variant   raw+tx/variant');
+  for (const [name, s] of Object.entries(result.summary)) {
+    console.log(
+      `${name.padEnd(15)} ${formatRate(s.perSecond).padStart(8)} ${formatMs(s.p50).padStart(9)} ${formatMs(s.p99).padStart(8)} ${formatRatio(result.vsRaw[name]).padStart(13)} ${formatRatio(result.vsRawTx[name]).padStart(16)}`,
+    );
+  }
+}
+
+/**
+ * Medians and ratios of one broker's rounds. Ratios are `baseline rate / variant rate`
+ * per round, median over rounds (> 1: the variant is slower than the baseline).
+ */
+export function brokerResult(broker, rounds, settings) {
+  const summary = Object.fromEntries(Object.entries(rounds).map(([name, list]) => [name, summarise(list)]));
+  const vsRaw = {};
+  const vsRawTx = {};
+  for (const name of Object.keys(rounds)) {
+    vsRaw[name] = medianRatio(rounds.raw, rounds[name]);
+    vsRawTx[name] = medianRatio(rounds['raw+tx'], rounds[name]);
+  }
+  return { scenario: 'broker', broker, settings, summary, vsRaw, vsRawTx };
+}
+
+/**
+ * Opens `connections` pooled connections of a PostgresStore before the clock starts (the
+ * raw+tx baseline fills its pool too): the first ping checks the schema, the concurrent
+ * ones each hold a connection.
+ */
+export async function warmStore(store, connections) {
+  await store.ping();
+  await Promise.all(Array.from({ length: connections }, () => store.ping()));
+}

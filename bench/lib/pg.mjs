@@ -1,0 +1,94 @@
+// PostgreSQL plumbing shared by the scenarios: a schema per run holding the business
+// table, the bare-transaction baseline, and a pg.Pool built with the settings
+// PostgresStore uses for its own pool (so baseline and candidate differ only in SQL).
+import pg from 'pg';
+import { DATABASE_URL } from './common.mjs';
+
+/**
+ * The pool settings of `new PostgresStore({ connectionString, poolMax })` (see
+ * packages/postgres/src/drivers/PgDriver.ts createPool): the baseline gets the same.
+ */
+export function benchPool(max) {
+  return new pg.Pool({
+    connectionString: DATABASE_URL,
+    max,
+    connectionTimeoutMillis: 10_000,
+    keepAlive: true,
+  });
+}
+
+/** Creates `schema` with the business table every scenario writes one row into per message. */
+export async function createBenchSchema(schema) {
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE SCHEMA "${schema}"`);
+    await admin.query(`CREATE TABLE "${schema}".payments (order_id text NOT NULL, amount integer NOT NULL)`);
+  } finally {
+    await admin.end();
+  }
+}
+
+/** Drops a run's schema (and with it the store's tables, when they live there). */
+export async function dropSchema(schema) {
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  try {
+    await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } finally {
+    await admin.end();
+  }
+}
+
+/** The one business statement: the same text on every side of every comparison. */
+export function businessInsert(schema) {
+  return `INSERT INTO "${schema}".payments (order_id, amount) VALUES ($1, $2)`;
+}
+
+/**
+ * The baseline a user without Oncely writes: BEGIN, the insert, COMMIT on a pooled
+ * client (3 round trips), released even when a statement fails.
+ */
+export function bareTransaction(pool, schema) {
+  const insert = businessInsert(schema);
+  return async (orderId) => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      try {
+        await client.query(insert, [orderId, 40]);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      }
+    } finally {
+      client.release();
+    }
+  };
+}
+
+/** Opens `n` pooled connections up front, so no round pays for connection setup. */
+export async function fillPool(pool, n) {
+  const clients = await Promise.all(Array.from({ length: n }, () => pool.connect()));
+  for (const client of clients) client.release();
+}
+
+/** `PostgreSQL 15.20 (Debian ...)` → `15.20`. */
+export async function serverVersion() {
+  const client = new pg.Client({ connectionString: DATABASE_URL });
+  await client.connect();
+  try {
+    const { rows } = await client.query('SHOW server_version');
+    const settings = await client.query(
+      `SELECT name, setting FROM pg_settings
+       WHERE name IN ('synchronous_commit', 'fsync', 'wal_sync_method', 'shared_buffers', 'max_connections')`,
+    );
+    return {
+      version: String(rows[0].server_version).split(' ')[0],
+      settings: Object.fromEntries(settings.rows.map((row) => [row.name, row.setting])),
+    };
+  } finally {
+    await client.end();
+  }
+}

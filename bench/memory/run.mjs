@@ -1,0 +1,150 @@
+#!/usr/bin/env node
+// Scenario 3 — the in-process memory broker: raw receive+ack loop against the Oncely
+// consumer, on the same kind of messages, with the real PostgreSQL store.
+//
+//   node bench/memory/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 8]
+//
+// Variants (each round drains a freshly filled queue of its own, in rotated order):
+//   raw           broker.receive (at most the free slots) + JSON round trip of the body + broker.ack
+//   raw+tx        the same plus one bare transaction with the business INSERT per message
+//   oncely        createMemoryConsumer + PostgresStore; the handler does the same INSERT via ctx.tx
+//   oncely batch  the same consumer with `batch: { size }` (one transaction per batch).
+//                 The size defaults to half the concurrency: a batch only fills from
+//                 messages in flight, so two batches alternate instead of a partial one
+//                 waiting out batch.maxWaitMs while the other holds the remaining slots.
+// The store's pool is opened before the clock starts, as the raw+tx pool is.
+import { silentLogger } from '@oncely/core';
+import { createMemoryConsumer, MemoryBroker } from '@oncely/memory';
+import { PostgresStore } from '@oncely/postgres';
+import { brokerResult, measureConsumer, printBrokerTable, slotLoop, warmStore } from '../lib/brokerBench.mjs';
+import {
+  DATABASE_URL,
+  emitResult,
+  flags,
+  interleaved,
+  progress,
+  runMain,
+  uniqueTag,
+} from '../lib/common.mjs';
+import {
+  bareTransaction,
+  benchPool,
+  businessInsert,
+  createBenchSchema,
+  dropSchema,
+  fillPool,
+} from '../lib/pg.mjs';
+
+const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
+const N = Number(args.messages);
+const CONCURRENCY = Number(args.concurrency);
+const ROUNDS = Number(args.rounds);
+const BATCH = Number(args.batch);
+const WARMUP = Math.min(N, 300);
+const tag = uniqueTag();
+const schema = `bench_memory_${tag}`;
+
+const broker = new MemoryBroker();
+let queueCounter = 0;
+
+/** A new queue holding N messages with producer IDs and JSON bodies. */
+async function filledQueue(variant, count) {
+  const queue = `bench-${variant.replace(/\W+/g, '-')}-${queueCounter++}`;
+  broker.createQueue(queue, { visibilityTimeoutMs: 60_000 });
+  for (let i = 0; i < count; i++) {
+    await broker.send(queue, { id: `${queue}-${i}`, body: { orderId: `order-${i}`, amount: 40 } });
+  }
+  return queue;
+}
+
+async function rawLoop(withTransaction, total = N) {
+  const queue = await filledQueue(withTransaction ? 'raw-tx' : 'raw', total);
+  const pool = withTransaction ? benchPool(CONCURRENCY) : undefined;
+  try {
+    if (pool) await fillPool(pool, CONCURRENCY);
+    const bare = pool ? bareTransaction(pool, schema) : undefined;
+    return await slotLoop({
+      concurrency: CONCURRENCY,
+      total,
+      receive: (max) => broker.receive(queue, { max: Math.min(max, 10), waitMs: 100 }),
+      handle: async (delivery) => {
+        // The consumer decodes a body on every delivery; the raw loop pays the same.
+        const body = JSON.parse(JSON.stringify(delivery.body));
+        if (bare) await bare(body.orderId);
+        await broker.ack(delivery.receipt);
+      },
+    });
+  } finally {
+    await pool?.end();
+  }
+}
+
+async function oncely(batch, total = N) {
+  const queue = await filledQueue(batch ? 'oncely-batch' : 'oncely', total);
+  const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY });
+  const insert = businessInsert(schema);
+  try {
+    await warmStore(store, CONCURRENCY);
+    const consumer = createMemoryConsumer({
+      name: `bench-${queue}`,
+      broker: { broker, queue, pollWaitMs: 100 },
+      store,
+      concurrency: CONCURRENCY,
+      batch: batch ? { size: BATCH } : undefined,
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        await ctx.tx.query(insert, [message.body.orderId, message.body.amount]);
+      },
+    });
+    return await measureConsumer(consumer, total);
+  } finally {
+    await store.close();
+  }
+}
+
+async function main() {
+  await createBenchSchema(schema);
+  let result;
+  try {
+    const setup = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: 1 });
+    await setup.migrate();
+    await setup.close();
+    // One short unmeasured pass of each, so JIT and connection setup are not in round 1.
+    progress('memory: warm-up...');
+    await rawLoop(true, WARMUP);
+    await oncely(false, WARMUP);
+    await oncely(true, WARMUP);
+    progress(`memory: ${ROUNDS} interleaved rounds of ${N} messages, concurrency ${CONCURRENCY}...`);
+    const rounds = await interleaved(
+      ROUNDS,
+      {
+        raw: () => rawLoop(false),
+        'raw+tx': () => rawLoop(true),
+        oncely: () => oncely(false),
+        'oncely batch': () => oncely(true),
+      },
+      (round, results) =>
+        progress(
+          `  round ${round + 1}: ${Object.entries(results)
+            .map(([name, list]) => `${name} ${Math.round(list[round].perSecond)}/s`)
+            .join(', ')}`,
+        ),
+    );
+    result = brokerResult('memory', rounds, {
+      messages: N,
+      concurrency: CONCURRENCY,
+      rounds: ROUNDS,
+      batch: BATCH,
+    });
+  } finally {
+    broker.close();
+    await dropSchema(schema);
+  }
+  printBrokerTable(
+    `Scenario 3 — memory broker, ${N} messages, concurrency ${CONCURRENCY}, batch size ${BATCH} (medians of ${ROUNDS} rounds)`,
+    result,
+  );
+  emitResult(result);
+}
+
+runMain(main);
