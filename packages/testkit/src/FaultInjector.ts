@@ -7,6 +7,7 @@ import {
   resolveMessageId,
 } from '@oncely/core';
 import { Latch } from './Latch.js';
+import { withSettlements } from './withSettlements.js';
 
 /**
  * The settlement operations of a {@link Delivery}.
@@ -188,32 +189,14 @@ export class FaultInjector {
   private wrapDelivery(delivery: Delivery, messageId: string | undefined, source: string): Delivery {
     const settle = (kind: SettlementKind, call: () => Promise<void>, extra: Partial<SettlementRecord> = {}) =>
       this.settle(kind, messageId, source, call, extra);
-    const wrapped: Delivery = {
-      get envelope() {
-        return delivery.envelope;
-      },
-      get leaseExpiresAt() {
-        return delivery.leaseExpiresAt;
-      },
-      get receivedAt() {
-        return delivery.receivedAt;
-      },
-      get lost() {
-        return delivery.lost;
-      },
+    return withSettlements(delivery, {
       ack: () => settle('ack', () => delivery.ack()),
       retryLater: (delayMs, info) =>
         settle('retryLater', () => delivery.retryLater(delayMs, info), { delayMs }),
       deadLetter: (reason, detail, info) =>
         settle('deadLetter', () => delivery.deadLetter(reason, detail, info), { reason }),
       release: () => settle('release', () => delivery.release()),
-    };
-    // The lease keeper renews only when extendLease exists: keep it absent when the broker has none.
-    if (delivery.extendLease) {
-      const extend = delivery.extendLease.bind(delivery);
-      Object.assign(wrapped, { extendLease: (ms: number) => extend(ms) });
-    }
-    return wrapped;
+    });
   }
 
   private async settle(

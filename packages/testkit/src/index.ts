@@ -44,3 +44,5 @@ export type {
 export { runStoreConformance } from './storeConformance.js';
 export type { TcpProxyTarget } from './TcpProxy.js';
 export { TcpProxy } from './TcpProxy.js';
+export type { SettlementOverrides } from './withSettlements.js';
+export { withSettlements } from './withSettlements.js';

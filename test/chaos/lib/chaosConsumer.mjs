@@ -16,7 +16,8 @@
  */
 import { Consumer } from '@oncely/core';
 import { seededRandom } from '@oncely/memory';
-import { interceptDeliveries, messageIdOf, withSettlements } from './deliveryFaults.mjs';
+import { withSettlements } from '@oncely/testkit';
+import { interceptDeliveries, messageIdOf } from './deliveryFaults.mjs';
 
 /** Event names counted and reported to the runner. */
 export const COUNTED_EVENTS = /** @type {const} */ ([

@@ -3,47 +3,12 @@
  * for can be dropped (a lost ack), frozen (a crash point between commit and ack), or, in
  * an in-process "virtual process", swallowed once that process has been killed.
  *
- * Why not the testkit's FaultInjector: it keys its faults on message IDs chosen up front
- * and its delivery wrapper does not forward `Delivery.lost` (RabbitMQ's channel-loss
- * signal) or `receivedAt`. Chaos decides per delivery at random and must leave the
- * adapter's lease signals intact, so it wraps deliveries itself, forwarding every member.
+ * Why not the testkit's FaultInjector itself: it keys its faults on message IDs chosen up
+ * front, while chaos decides per delivery at random. Both build their deliveries with the
+ * testkit's `withSettlements`, which forwards every member (lease signals included).
  */
 import { resolveMessageId } from '@oncely/core';
-
-/**
- * A delivery whose members all forward to `delivery`, with some replaced.
- *
- * @param {import('@oncely/core').Delivery} delivery
- * @param {Partial<Pick<import('@oncely/core').Delivery, 'ack' | 'retryLater' | 'deadLetter' | 'release' | 'extendLease'>>} overrides
- * @returns {import('@oncely/core').Delivery}
- */
-export function withSettlements(delivery, overrides) {
-  /** @type {import('@oncely/core').Delivery} */
-  const wrapped = {
-    get envelope() {
-      return delivery.envelope;
-    },
-    get leaseExpiresAt() {
-      return delivery.leaseExpiresAt;
-    },
-    get receivedAt() {
-      return delivery.receivedAt;
-    },
-    get lost() {
-      return delivery.lost;
-    },
-    ack: overrides.ack ?? (() => delivery.ack()),
-    retryLater: overrides.retryLater ?? ((delayMs, info) => delivery.retryLater(delayMs, info)),
-    deadLetter: overrides.deadLetter ?? ((reason, detail, info) => delivery.deadLetter(reason, detail, info)),
-    release: overrides.release ?? (() => delivery.release()),
-  };
-  // The lease keeper renews only when extendLease exists: keep it absent when the broker has none.
-  if (delivery.extendLease) {
-    const extend = delivery.extendLease.bind(delivery);
-    wrapped.extendLease = overrides.extendLease ?? ((ms) => extend(ms));
-  }
-  return wrapped;
-}
+import { withSettlements } from '@oncely/testkit';
 
 /**
  * Wraps `adapter` so that every delivery it dispatches goes through `intercept`, which
