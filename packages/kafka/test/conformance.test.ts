@@ -10,12 +10,12 @@
 import { runAdapterConformance } from '@oncely/testkit';
 import { afterAll, beforeAll, describe, inject, it } from 'vitest';
 import { kafkaFeatures, kafkaHarness } from './support/harness.js';
-import { KafkaProxy, testBrokers } from './support/kafka.js';
+import { kafkaProxy, testBrokers } from './support/kafka.js';
 
 const brokers = testBrokers();
 const proxyPort = Number(inject('kafkaProxyPort'));
 const proxiedPort = Number(inject('kafkaProxiedPort'));
-const proxy = proxyPort && proxiedPort ? new KafkaProxy(proxyPort, proxiedPort) : undefined;
+const proxy = proxyPort && proxiedPort ? kafkaProxy(proxyPort, proxiedPort) : undefined;
 
 if (brokers) {
   beforeAll(async () => {

@@ -35,7 +35,11 @@ export class TcpProxy {
   private readonly sockets = new Set<Socket>();
   private closed = false;
 
-  constructor(private readonly target: TcpProxyTarget) {}
+  constructor(
+    private readonly target: TcpProxyTarget,
+    /** `port`: listen on this port instead of an ephemeral one (a broker that advertises it). */
+    private readonly options: { port?: number } = {},
+  ) {}
 
   /** The port the proxy listens on (fixed after `start()`, kept across `cut()`/`resume()`). */
   get port(): number {
@@ -56,7 +60,7 @@ export class TcpProxy {
   /** Starts listening on an ephemeral port of 127.0.0.1 and resolves with it. */
   async start(): Promise<number> {
     if (this.listenPort !== undefined) throw new Error('TcpProxy.start: already started');
-    await this.listen(0);
+    await this.listen(this.options.port ?? 0);
     return this.port;
   }
 
@@ -70,6 +74,17 @@ export class TcpProxy {
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  /**
+   * A server-side disconnect: destroys every open connection but keeps listening, so
+   * clients reconnect at once. Returns how many connections were cut.
+   */
+  disconnect(): number {
+    const count = this.connectionCount;
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
+    return count;
   }
 
   /** Same as {@link TcpProxy.cut}. */

@@ -86,6 +86,25 @@ describe('TcpProxy', () => {
     await expect(proxy.resume()).rejects.toThrow(/closed/);
   });
 
+  it('disconnect() cuts open connections but keeps listening on its fixed port', async () => {
+    const target = await echoServer();
+    cleanups.push(() => new Promise<void>((resolve) => target.server.close(() => resolve())));
+    const probe = new TcpProxy({ host: '127.0.0.1', port: target.port });
+    const fixedPort = await probe.start();
+    await probe.close();
+    const proxy = new TcpProxy({ host: '127.0.0.1', port: target.port }, { port: fixedPort });
+    expect(await proxy.start()).toBe(fixedPort);
+    cleanups.push(() => proxy.close());
+    const client = await connect(fixedPort);
+    expect(await roundTrip(client, 'one')).toBe('one');
+    expect(proxy.disconnect()).toBe(1);
+    await closed(client);
+    expect(proxy.isOpen).toBe(true);
+    const again = await connect(fixedPort);
+    expect(await roundTrip(again, 'two')).toBe('two');
+    again.destroy();
+  });
+
   it('closes the client side when the target refuses', async () => {
     const target = await echoServer();
     const deadPort = target.port;

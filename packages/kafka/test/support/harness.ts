@@ -6,15 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { PostgresStore } from '@oncely/postgres';
-import type { AdapterFeatures, AdapterHarness, HarnessSetup } from '@oncely/testkit';
-import {
-  createTopic,
-  DATABASE_URL,
-  DeadLetterReader,
-  groupLag,
-  type KafkaProxy,
-  kafkaClient,
-} from './kafka.js';
+import type { AdapterFeatures, AdapterHarness, HarnessSetup, TcpProxy } from '@oncely/testkit';
+import { createTopic, DATABASE_URL, DeadLetterReader, groupLag, kafkaClient } from './kafka.js';
 
 /**
  * What the Kafka adapter can do. `nativeDeadLetter`: Kafka has no dead-letter queue
@@ -51,7 +44,7 @@ function viaProxy(port: number): string {
  * `brokers`: the direct listener. `proxy`: when given, consumers bootstrap through it
  * (so `disconnect()` can cut them); the harness's own clients stay direct.
  */
-export function kafkaHarness(options: { brokers: string[]; proxy?: KafkaProxy }): AdapterHarness {
+export function kafkaHarness(options: { brokers: string[]; proxy?: TcpProxy }): AdapterHarness {
   const { brokers, proxy } = options;
   const schema = `oncely_kafka_conformance_${randomBytes(4).toString('hex')}`;
   const database = new URL(DATABASE_URL);

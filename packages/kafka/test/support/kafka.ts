@@ -6,11 +6,11 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DEAD_LETTER_HEADERS } from '@oncely/kafka';
+import { TcpProxy } from '@oncely/testkit';
 import { type Admin, type Consumer, Kafka, logLevel, type Producer } from 'kafkajs';
 import { inject } from 'vitest';
 
@@ -146,60 +146,8 @@ export async function publish(
  * advertises the proxy's port, so a client bootstrapped here keeps every connection on
  * the proxy, and `disconnect()` cuts them all the way a server-side close would.
  */
-export class KafkaProxy {
-  private server: Server | undefined;
-  private readonly sockets = new Set<Socket>();
-
-  constructor(
-    readonly port: number,
-    private readonly targetPort: number,
-  ) {}
-
-  async start(): Promise<void> {
-    const server = createServer((client) => this.forward(client));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.port, '127.0.0.1', () => {
-        server.off('error', reject);
-        server.on('error', () => {});
-        resolve();
-      });
-    });
-    this.server = server;
-  }
-
-  /** Destroys every open connection (clients reconnect through the proxy). */
-  disconnect(): number {
-    const count = this.sockets.size / 2;
-    for (const socket of this.sockets) socket.destroy();
-    this.sockets.clear();
-    return count;
-  }
-
-  async close(): Promise<void> {
-    this.disconnect();
-    const server = this.server;
-    this.server = undefined;
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-
-  private forward(client: Socket): void {
-    const upstream = createConnection({ host: '127.0.0.1', port: this.targetPort });
-    for (const [socket, peer] of [
-      [client, upstream],
-      [upstream, client],
-    ] as const) {
-      this.sockets.add(socket);
-      socket.setNoDelay(true);
-      socket.on('error', () => peer.destroy());
-      socket.on('close', () => {
-        this.sockets.delete(socket);
-        peer.destroy();
-      });
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
-  }
+export function kafkaProxy(port: number, targetPort: number): TcpProxy {
+  return new TcpProxy({ host: '127.0.0.1', port: targetPort }, { port });
 }
 
 /**
