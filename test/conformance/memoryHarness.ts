@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { MemoryBroker } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
-import type { AdapterFeatures, AdapterHarness } from '@oncely/testkit';
+import { type AdapterFeatures, type AdapterHarness, postgresStores } from '@oncely/testkit';
 import pg from 'pg';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -26,41 +26,18 @@ export const memoryFeatures: AdapterFeatures = {
   crossProcess: false,
 };
 
-/** The same database URL with the host and port of the TCP proxy. */
-function viaProxy(port: number): string {
-  const url = new URL(DATABASE_URL);
-  url.hostname = '127.0.0.1';
-  url.port = String(port);
-  return url.href;
-}
-
 export function memoryHarness(): AdapterHarness {
   // One schema per run of this file, dropped only when every scenario passed.
   const schema = `oncely_memory_conformance_${randomBytes(4).toString('hex')}`;
-  const database = new URL(DATABASE_URL);
   return {
     brokerType: 'memory',
-    databaseAddress: { host: database.hostname, port: Number(database.port || 5432) },
-    async createStore() {
-      const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
-      await store.migrate();
-      return {
-        store,
-        async cleanup(outcome) {
-          if (outcome?.passed) {
-            await store.transaction(async (tx) => {
-              await tx.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-            });
-          }
-          await store.close();
-        },
-      };
-    },
-    async createStoreVia(port) {
+    ...postgresStores({
+      connectionString: DATABASE_URL,
+      schema,
       // Short connect timeout: while the proxy is cut, connecting is refused at once anyway.
-      const store = new PostgresStore({ connectionString: viaProxy(port), schema, connectTimeoutMs: 2000 });
-      return { store, cleanup: () => store.close() };
-    },
+      createStore: (connectionString, schema) =>
+        new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000 }),
+    }),
     async setup({ name, leaseMs, maxDeliveries, ordered }) {
       // A broker per scenario: nothing leaks between scenarios.
       const broker = new MemoryBroker();

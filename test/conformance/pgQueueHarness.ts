@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { PostgresStore } from '@oncely/postgres';
-import type { AdapterFeatures, AdapterHarness } from '@oncely/testkit';
+import { type AdapterFeatures, type AdapterHarness, postgresStores } from '@oncely/testkit';
 import { PgQueueClient, pgQueueModule } from './fixtures/pgQueue.mjs';
 import { DATABASE_URL } from './memoryHarness.js';
 
@@ -33,22 +33,12 @@ export function pgQueueHarness(
     brokerType: 'memory',
     childModule,
     loadAdapter: async () => pgQueueModule,
-    async createStore() {
-      const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
-      await store.migrate();
-      return {
-        store,
-        childConfig: { connectionString: DATABASE_URL, schema },
-        async cleanup(outcome) {
-          if (outcome?.passed) {
-            await store.transaction(async (tx) => {
-              await tx.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-            });
-          }
-          await store.close();
-        },
-      };
-    },
+    // Only the store itself: this harness runs the crash scenarios (5, 6) alone.
+    createStore: postgresStores({
+      connectionString: DATABASE_URL,
+      schema,
+      createStore: (connectionString, schema) => new PostgresStore({ connectionString, schema }),
+    }).createStore,
     async setup({ name, leaseMs }) {
       // The queue table lives in the store's schema, so it goes when the schema does.
       const table = `"${schema}"."queue_${name.replace(/[^a-z0-9]/gi, '_')}"`;

@@ -5,9 +5,9 @@ import {
   type AdapterFeatures,
   type AdapterHarness,
   type HarnessSetup,
+  postgresStores,
   requireService,
   runAdapterConformance,
-  type StoreHandle,
 } from '@oncely/testkit';
 import pg from 'pg';
 import { describe } from 'vitest';
@@ -59,39 +59,17 @@ function rabbitHarness(queueType: 'classic' | 'quorum'): AdapterHarness {
     raw ??= await rawBroker();
     return raw;
   };
-  const database = new URL(DATABASE_URL);
   const schema = `rmq_conf_${randomUUID().replace(/-/g, '').slice(0, 10)}`;
-  const storeAt = (connectionString: string): PostgresStore =>
-    new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000 });
   return {
     brokerType: 'rabbitmq',
-    databaseAddress: { host: database.hostname, port: Number(database.port || 5432) },
     childModule: new URL('./child.mjs', import.meta.url).href,
 
-    async createStore(): Promise<StoreHandle> {
-      const store = storeAt(DATABASE_URL);
-      await store.migrate();
-      return {
-        store,
-        childConfig: { connectionString: DATABASE_URL, schema },
-        async cleanup(outcome) {
-          if (outcome?.passed !== false) {
-            await store
-              .transaction((tx) => tx.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`))
-              .catch(() => {});
-          }
-          await store.close();
-        },
-      };
-    },
-
-    async createStoreVia(port: number): Promise<StoreHandle> {
-      const via = new URL(DATABASE_URL);
-      via.hostname = '127.0.0.1';
-      via.port = String(port);
-      const store = storeAt(via.toString());
-      return { store, cleanup: () => store.close() };
-    },
+    ...postgresStores({
+      connectionString: DATABASE_URL,
+      schema,
+      createStore: (connectionString, schema) =>
+        new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000 }),
+    }),
 
     async setup({ name }): Promise<HarnessSetup> {
       const raw = await broker();

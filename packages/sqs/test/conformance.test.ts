@@ -15,6 +15,7 @@ import {
   type AdapterFeatures,
   type AdapterHarness,
   type HarnessSetup,
+  postgresStores,
   runAdapterConformance,
   TcpProxy,
 } from '@oncely/testkit';
@@ -96,18 +97,6 @@ async function elasticMqBackend(endpoint: string): Promise<Backend> {
   };
 }
 
-function databaseAddress() {
-  const url = new URL(DATABASE_URL);
-  return { host: url.hostname, port: Number(url.port || 5432) };
-}
-
-function viaPort(port: number): string {
-  const url = new URL(DATABASE_URL);
-  url.hostname = '127.0.0.1';
-  url.port = String(port);
-  return url.toString();
-}
-
 type Attributes = Record<string, { StringValue?: string }> | undefined;
 const idOf = (attributes: Attributes) => attributes?.['message-id']?.StringValue;
 const reasonOf = (attributes: Attributes) => attributes?.[REASON]?.StringValue ?? 'sqs-redrive';
@@ -127,30 +116,13 @@ async function createHarness(createBackend: () => Promise<Backend>): Promise<Ada
 
   return {
     brokerType: 'sqs',
-    databaseAddress: databaseAddress(),
     childModule: new URL('./conformanceChild.mjs', import.meta.url).href,
-    async createStore() {
-      const store = new PostgresStore({ connectionString: DATABASE_URL, schema, logger: silentLogger });
-      await store.migrate();
-      return {
-        store,
-        childConfig: { connectionString: DATABASE_URL, schema },
-        async cleanup(outcome) {
-          if (outcome?.passed) {
-            await store.transaction(async (tx) => {
-              await tx.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-            });
-          } else {
-            console.warn(`[sqs conformance] keeping store schema ${schema}`);
-          }
-          await store.close();
-        },
-      };
-    },
-    async createStoreVia(port) {
-      const store = new PostgresStore({ connectionString: viaPort(port), schema, logger: silentLogger });
-      return { store, cleanup: () => store.close() };
-    },
+    ...postgresStores({
+      connectionString: DATABASE_URL,
+      schema,
+      createStore: (connectionString, schema) =>
+        new PostgresStore({ connectionString, schema, logger: silentLogger }),
+    }),
     async setup({ name, leaseMs, maxDeliveries, ordered }): Promise<HarnessSetup> {
       const visibilitySeconds = Math.max(1, Math.ceil((leaseMs ?? 10_000) / 1000));
       const base = name.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 60);

@@ -32,6 +32,8 @@ export type {
   StoreHandle,
 } from './harness.js';
 export { Latch } from './Latch.js';
+export type { MigratableStore, PostgresStoresOptions } from './postgresStores.js';
+export { postgresStores } from './postgresStores.js';
 export { requireService } from './services.js';
 export type { EventSource, RecordedEvent, WaitForOptions } from './spies.js';
 export { ConsumerSpy, waitFor } from './spies.js';

@@ -6,7 +6,13 @@
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { PostgresStore } from '@oncely/postgres';
-import type { AdapterFeatures, AdapterHarness, HarnessSetup, TcpProxy } from '@oncely/testkit';
+import {
+  type AdapterFeatures,
+  type AdapterHarness,
+  type HarnessSetup,
+  postgresStores,
+  type TcpProxy,
+} from '@oncely/testkit';
 import { createTopic, DATABASE_URL, DeadLetterReader, groupLag, kafkaClient } from './kafka.js';
 
 /**
@@ -32,14 +38,6 @@ export function kafkaFeatures(proxy: boolean): AdapterFeatures {
   };
 }
 
-/** The same database URL with the host and port of the TCP proxy. */
-function viaProxy(port: number): string {
-  const url = new URL(DATABASE_URL);
-  url.hostname = '127.0.0.1';
-  url.port = String(port);
-  return url.href;
-}
-
 /**
  * `brokers`: the direct listener. `proxy`: when given, consumers bootstrap through it
  * (so `disconnect()` can cut them); the harness's own clients stay direct.
@@ -47,34 +45,18 @@ function viaProxy(port: number): string {
 export function kafkaHarness(options: { brokers: string[]; proxy?: TcpProxy }): AdapterHarness {
   const { brokers, proxy } = options;
   const schema = `oncely_kafka_conformance_${randomBytes(4).toString('hex')}`;
-  const database = new URL(DATABASE_URL);
   const kafka = kafkaClient(brokers, 'oncely-harness');
   const consumerBrokers = proxy ? [`127.0.0.1:${proxy.port}`] : brokers;
 
   return {
     brokerType: 'kafka',
-    databaseAddress: { host: database.hostname, port: Number(database.port || 5432) },
     childModule: fileURLToPath(new URL('./child.mjs', import.meta.url)),
-    async createStore() {
-      const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
-      await store.migrate();
-      return {
-        store,
-        childConfig: { connectionString: DATABASE_URL, schema },
-        async cleanup(outcome) {
-          if (outcome?.passed) {
-            await store.transaction(async (tx) => {
-              await tx.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-            });
-          }
-          await store.close();
-        },
-      };
-    },
-    async createStoreVia(port) {
-      const store = new PostgresStore({ connectionString: viaProxy(port), schema, connectTimeoutMs: 2000 });
-      return { store, cleanup: () => store.close() };
-    },
+    ...postgresStores({
+      connectionString: DATABASE_URL,
+      schema,
+      createStore: (connectionString, schema) =>
+        new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000 }),
+    }),
     async setup({ name, leaseMs, partitions, ordered }): Promise<HarnessSetup> {
       // Clients per scenario: kafkajs keeps refreshing metadata of every topic a client
       // ever used, and fails once a previous scenario's topic is deleted.
