@@ -1,0 +1,2 @@
+// Filled in by the Pub/Sub emulator work (issue 13).
+export {};
