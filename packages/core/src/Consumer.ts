@@ -3,7 +3,7 @@ import { Batcher } from './Batcher.js';
 import { retryDelayMs } from './backoff.js';
 import { decodeBody } from './body.js';
 import { CONSUMER_DEFAULTS, DEFAULT_BATCH_MAX_WAIT_MS, validateConsumerConfig } from './config.js';
-import { ConfigError, ConsumerStateError, LeaseLostError, OncelyError } from './errors.js';
+import { ConfigError, ConsumerStateError, isOncelyError, LeaseLostError, OncelyError } from './errors.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
 import { stderrLogger } from './logger.js';
@@ -39,6 +39,8 @@ type Outcome =
   | { kind: 'duplicate' }
   | { kind: 'exhausted' }
   | { kind: 'busy'; retryInMs: number }
+  /** Given back without counting: the stop deadline aborted the handler. */
+  | { kind: 'release' }
   | { kind: 'failed'; error: unknown };
 
 /** A delivery the pipeline holds: its lease keeper runs until it is settled. */
@@ -60,6 +62,12 @@ class AttemptsExhausted extends Error {}
 
 /** Thrown inside the transaction when offsets mode finds the record already applied. */
 class AlreadyApplied extends Error {}
+
+/**
+ * Thrown in place of a handler's outcome when the stop deadline aborted it: the message
+ * did not fail, the consumer went away, so it is released and the attempt not counted.
+ */
+class ReleaseRequested extends Error {}
 
 /** Probe interval while the store is down, growing to this cap. */
 const OUTAGE_PROBE_MAX_MS = 2000;
@@ -92,6 +100,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private readonly waiters: Array<() => void> = [];
   /** Set while the store is down: fetching pauses until a probe succeeds. */
   private outage: Promise<void> | undefined;
+  /** Deliveries a settlement was attempted for: the safety net releases any other. */
+  private readonly settledDeliveries = new WeakSet<Delivery>();
   /** Present with the `batch` option: collects prepared deliveries into one transaction. */
   private readonly batcher: Batcher<Prepared<TBody>> | undefined;
 
@@ -255,8 +265,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private async dispatch(delivery: Delivery): Promise<void> {
     if (this.state !== 'running') {
       // Prefetched after stop() began: give it back now rather than let its lease run out.
-      const event = { consumer: this.settings.name };
-      if (await this.settle('release', () => delivery.release(), event)) this.emit('released', event);
+      await this.release(delivery, { consumer: this.settings.name });
       return;
     }
     this.inFlight++;
@@ -280,18 +289,18 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     const messageId = resolveMessageId(this.settings.idStrategy, delivery.envelope);
     const base: ConsumerEvent = { consumer: this.settings.name, messageId };
     const key: MessageKey | undefined = messageId ? { consumer: this.settings.name, messageId } : undefined;
+    const leased = this.settings.mode === 'leased';
+    /** Leased mode: the DB claim this delivery holds, renewed by the keeper until completed. */
     let ownerOfClaim: string | undefined;
     const keeper = new LeaseKeeper({
       delivery,
       brokerLease: this.adapter.lease,
       renewBroker: this.settings.leaseRenewal,
       handlerTimeoutMs: this.settings.handlerTimeoutMs,
-      claimMs: this.settings.mode === 'leased' ? this.settings.leaseMs : undefined,
-      renewClaim:
-        this.settings.mode === 'leased'
-          ? async () =>
-              !ownerOfClaim || !key || this.store.renewLease(key, ownerOfClaim, this.settings.leaseMs)
-          : undefined,
+      claimMs: leased ? this.settings.leaseMs : undefined,
+      renewClaim: leased
+        ? async () => !ownerOfClaim || !key || this.store.renewLease(key, ownerOfClaim, this.settings.leaseMs)
+        : undefined,
       onRenewed: () => this.emit('leaseRenewed', base),
       onLost: (error) => this.emit('leaseLost', { ...base, error }),
       onRenewError: (error) => this.log.warn('lease renewal failed; retrying', { ...base, error }),
@@ -307,20 +316,33 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         await this.batcher.add(prepared);
         return;
       }
-      const started = Date.now();
-      const outcome = await this.withStore([prepared], prepared.event, () =>
-        this.settings.mode === 'leased'
-          ? this.runLeased(prepared, (owner) => {
-              ownerOfClaim = owner;
-            })
-          : this.runTransactional(prepared),
-      );
-      if (outcome === undefined) return;
-      await this.conclude(outcome, delivery, { ...prepared.event, durationMs: Date.now() - started });
+      if (leased) {
+        await this.runLeased(prepared, (owner) => {
+          ownerOfClaim = owner;
+          if (owner) keeper.claimAcquired();
+        });
+        return;
+      }
+      await this.runOne(prepared);
     } finally {
       keeper.stop();
       this.keepers.delete(keeper);
+      // The safety net: every path above settles the delivery; one that did not (a bug, or
+      // a batch that failed in an unforeseen way) gives it back now rather than leave it
+      // stranded until its lease lapses. A release is never counted as an attempt.
+      if (!this.settledDeliveries.has(delivery)) {
+        this.log.error('delivery left unsettled by the pipeline: releasing it', { ...base });
+        await this.release(delivery, base);
+      }
     }
+  }
+
+  /** `transactional` and `offsets` modes, one delivery: its own transaction, then its settlement. */
+  private async runOne(prepared: Prepared<TBody>): Promise<void> {
+    const started = Date.now();
+    const outcome = await this.withStore([prepared], prepared.event, () => this.runTransactional(prepared));
+    if (outcome === undefined) return;
+    await this.conclude(outcome, prepared.delivery, { ...prepared.event, durationMs: Date.now() - started });
   }
 
   /**
@@ -365,34 +387,45 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    */
   private async runBatch(batch: readonly Prepared<TBody>[]): Promise<void> {
     const started = Date.now();
-    const outcomes = await this.withStore(
-      batch,
-      { consumer: this.settings.name },
-      async (): Promise<Outcome[]> => {
-        const results = await processBatchOnce(
-          this.store,
-          this.settings.name,
-          batch.map((entry) => ({
-            messageId: entry.key.messageId,
-            work: async (tx: Tx) => {
-              if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
-              await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
-            },
-          })),
-        );
-        return results.map((result): Outcome => {
-          if (result.status !== 'failed') return { kind: result.status };
-          return result.error instanceof AttemptsExhausted
-            ? { kind: 'exhausted' }
-            : { kind: 'failed', error: result.error };
-        });
-      },
-    );
+    let outcomes: Outcome[] | undefined;
+    try {
+      outcomes = await this.withStore(batch, { consumer: this.settings.name }, () =>
+        this.batchOutcomes(batch),
+      );
+    } catch (error) {
+      // The batch failed as a whole, not one item in it: its COMMIT was refused (a deferred
+      // constraint), transient conflicts outlasted their retries, an unclaim failed. Nothing
+      // committed. Each message then runs in a transaction of its own, so only the one at
+      // fault fails and its healthy neighbours are neither stranded nor dead-lettered.
+      this.log.warn('batch transaction failed as a whole: running its messages one by one', { error });
+      for (const entry of batch) await this.runOne(entry);
+      return;
+    }
     if (outcomes === undefined) return;
     const durationMs = Date.now() - started;
     await Promise.all(
       batch.map((entry, i) => this.conclude(outcomes[i]!, entry.delivery, { ...entry.event, durationMs })),
     );
+  }
+
+  private async batchOutcomes(batch: readonly Prepared<TBody>[]): Promise<Outcome[]> {
+    const results = await processBatchOnce(
+      this.store,
+      this.settings.name,
+      batch.map((entry) => ({
+        messageId: entry.key.messageId,
+        work: async (tx: Tx) => {
+          if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
+          await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
+        },
+      })),
+    );
+    return results.map((result): Outcome => {
+      if (result.status !== 'failed') return { kind: result.status };
+      if (result.error instanceof AttemptsExhausted) return { kind: 'exhausted' };
+      if (result.error instanceof ReleaseRequested) return { kind: 'release' };
+      return { kind: 'failed', error: result.error };
+    });
   }
 
   /** The broker's delivery count where it keeps one, else the advisory counter in the store. */
@@ -443,47 +476,87 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     } catch (error) {
       if (error instanceof AlreadyApplied) return { kind: 'duplicate' };
       if (error instanceof AttemptsExhausted) return { kind: 'exhausted' };
+      if (error instanceof ReleaseRequested) return { kind: 'release' };
       if (this.store.classifyError(error) === 'unavailable') throw error;
       return { kind: 'failed', error };
     }
   }
 
-  /** `leased` mode: claim in its own commit, run outside any transaction, complete if still owner. */
+  /**
+   * `leased` mode: claim in its own commit, run outside any transaction, complete if still
+   * owner. Each store step waits out an outage on its own, so an outage during the
+   * completion retries the completion (same owner) instead of running the handler again.
+   */
   private async runLeased(
-    { message, key, attempt, keeper, event }: Prepared<TBody>,
+    prepared: Prepared<TBody>,
     setOwner: (owner: string | undefined) => void,
-  ): Promise<Outcome> {
-    const claim = await retryTransient(this.store, () => this.store.acquireLease(key, this.settings.leaseMs));
-    if (claim.status === 'completed') return { kind: 'duplicate' };
+  ): Promise<void> {
+    const { message, key, attempt, keeper, event, delivery } = prepared;
+    const started = Date.now();
+    const finish = (outcome: Outcome) =>
+      this.conclude(outcome, delivery, { ...event, durationMs: Date.now() - started });
+    const claim = await this.withStore([prepared], event, () =>
+      this.leasedStep(() =>
+        retryTransient(this.store, () => this.store.acquireLease(key, this.settings.leaseMs)),
+      ),
+    );
+    if (claim === undefined) return;
+    if ('kind' in claim) return finish(claim);
+    if (claim.status === 'completed') return finish({ kind: 'duplicate' });
     if (claim.status === 'busy') {
       // Someone holds a live claim: do not ack; come back once it could have expired.
-      return { kind: 'busy', retryInMs: Math.max(100, claim.lockedUntil.getTime() - Date.now()) };
+      return finish({ kind: 'busy', retryInMs: Math.max(100, claim.lockedUntil.getTime() - Date.now()) });
     }
     setOwner(claim.owner);
-    if (claim.takeover) this.emit('takeover', event);
-    if (attempt > this.settings.maxAttempts) {
-      await this.store.releaseLease(key, claim.owner);
-      return { kind: 'exhausted' };
-    }
-    let result: unknown;
     try {
-      result = await this.runHandler(message, undefined, attempt, keeper);
-    } catch (error) {
-      await this.store
-        .releaseLease(key, claim.owner)
-        .catch((releaseError) =>
-          this.log.warn('could not release leased claim', { ...event, error: releaseError }),
-        );
-      if (this.store.classifyError(error) === 'unavailable') throw error;
-      return { kind: 'failed', error };
+      if (claim.takeover) this.emit('takeover', event);
+      const giveUp = () =>
+        this.store
+          .releaseLease(key, claim.owner)
+          .catch((error) => this.log.warn('could not release leased claim', { ...event, error }));
+      if (attempt > this.settings.maxAttempts) {
+        await giveUp();
+        return finish({ kind: 'exhausted' });
+      }
+      let result: unknown;
+      try {
+        result = await this.runHandler(message, undefined, attempt, keeper);
+      } catch (error) {
+        await giveUp();
+        return finish(error instanceof ReleaseRequested ? { kind: 'release' } : { kind: 'failed', error });
+      }
+      const completed = await this.withStore([prepared], event, () =>
+        this.leasedStep(() => this.store.completeLease(key, claim.owner, result ?? null)),
+      );
+      if (completed === undefined) return;
+      if (typeof completed === 'object') {
+        // The store refused the completion itself (a result jsonb cannot hold): a failure
+        // like any other, counted, so it ends in the dead-letter queue instead of a loop.
+        await giveUp();
+        return finish(completed);
+      }
+      if (!completed) {
+        // Our claim expired and another consumer took over: it owns the outcome now.
+        this.emit('leaseLost', { ...event, error: new LeaseLostError('claim taken over before completion') });
+        return finish({ kind: 'duplicate' });
+      }
+      return finish({ kind: 'processed' });
     } finally {
       setOwner(undefined);
     }
-    if (!(await this.store.completeLease(key, claim.owner, result ?? null))) {
-      // Our claim expired and another consumer took over: it owns the outcome now.
-      this.emit('leaseLost', { ...event, error: new LeaseLostError('claim taken over before completion') });
+  }
+
+  /**
+   * A leased-mode store step: an outage propagates (withStore waits it out); any other
+   * store error becomes a `failed` outcome, so the delivery is settled and counted.
+   */
+  private async leasedStep<T>(step: () => Promise<T>): Promise<T | Outcome> {
+    try {
+      return await step();
+    } catch (error) {
+      if (this.store.classifyError(error) === 'unavailable') throw error;
+      return { kind: 'failed', error };
     }
-    return { kind: 'processed' };
   }
 
   private async runHandler(
@@ -497,6 +570,11 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     let result: unknown;
     try {
       result = await this.settings.handler(message, ctx);
+    } catch (error) {
+      // Whatever the handler threw once the stop deadline aborted it (often the abort
+      // itself), the message did not fail: the consumer is going away.
+      if (isShutdown(keeper.signal)) throw new ReleaseRequested();
+      throw error;
     } finally {
       keeper.stopHandlerClock();
     }
@@ -504,6 +582,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     // it saw the signal. A lost lease alone does not stop a finished handler from
     // committing — the unique key settles the race with whoever got the redelivery.
     const reason = keeper.signal.reason;
+    if (isShutdown(keeper.signal)) throw new ReleaseRequested();
     if (keeper.signal.aborted && !(reason instanceof LeaseLostError)) throw reason;
     return result;
   }
@@ -519,6 +598,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     };
     const ctx = {
       idempotencyKey: (step: string) => `${name}:${message.id}:${step}`,
+      savepoint: <T>(work: () => Promise<T>): Promise<T> => {
+        if (tx === undefined) {
+          throw new OncelyError('CONSUMER_STATE', "ctx.savepoint is not available in 'leased' mode");
+        }
+        return this.store.savepoint(tx, work);
+      },
       signal,
       attempt,
       log,
@@ -542,14 +627,17 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     switch (outcome.kind) {
       case 'processed':
         this.emit('processed', event);
-        await this.settle('ack', () => delivery.ack(), event);
+        await this.settle('ack', delivery, () => delivery.ack(), event);
         return;
       case 'duplicate':
         this.emit('duplicate', event);
-        await this.settle('ack', () => delivery.ack(), event);
+        await this.settle('ack', delivery, () => delivery.ack(), event);
         return;
       case 'busy':
         await this.retry(delivery, outcome.retryInMs, event);
+        return;
+      case 'release':
+        await this.release(delivery, event);
         return;
       case 'exhausted':
         await this.deadLetter(
@@ -573,8 +661,20 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     }
   }
 
+  /** Gives a delivery back without it counting as an attempt (stop, outage, safety net). */
+  private async release(delivery: Delivery, event: ConsumerEvent): Promise<void> {
+    if (await this.settle('release', delivery, () => delivery.release(), event)) this.emit('released', event);
+  }
+
   private async retry(delivery: Delivery, delayMs: number, event: ConsumerEvent): Promise<void> {
-    if (await this.settle('retry', () => delivery.retryLater(delayMs, { attempt: event.attempt }), event)) {
+    if (
+      await this.settle(
+        'retry',
+        delivery,
+        () => delivery.retryLater(delayMs, { attempt: event.attempt }),
+        event,
+      )
+    ) {
       this.emit('retried', { ...event, delayMs });
     }
   }
@@ -589,6 +689,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     if (
       await this.settle(
         'dead-letter',
+        delivery,
         () => delivery.deadLetter(reason, detail, { attempt: event.attempt }),
         event,
       )
@@ -601,7 +702,15 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    * Runs one settlement. A failure after the commit is logged and counted (`ackFailed`),
    * never retried into a second effect: the redelivery it causes meets the marker.
    */
-  private async settle(what: string, action: () => Promise<void>, event: ConsumerEvent): Promise<boolean> {
+  private async settle(
+    what: string,
+    delivery: Delivery,
+    action: () => Promise<void>,
+    event: ConsumerEvent,
+  ): Promise<boolean> {
+    // Recorded before the call: a settlement that fails is logged and counted, and the
+    // broker redelivers; releasing it on top would only add noise.
+    this.settledDeliveries.add(delivery);
     try {
       await action();
       return true;
@@ -636,10 +745,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         this.enterOutage(error, event);
         const leases = AbortSignal.any(held.map((h) => h.keeper.signal));
         if (!(await this.waitForStore(holdUntil, leases))) {
-          for (const { delivery, event: heldEvent } of held) {
-            if (await this.settle('release', () => delivery.release(), heldEvent))
-              this.emit('released', heldEvent);
-          }
+          for (const { delivery, event: heldEvent } of held) await this.release(delivery, heldEvent);
           return undefined;
         }
       }
@@ -711,6 +817,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       this.log.warn(`'${name}' listener threw`, { error });
     }
   }
+}
+
+function isShutdown(signal: AbortSignal): boolean {
+  return signal.aborted && isOncelyError(signal.reason, 'SHUTDOWN');
 }
 
 function errorText(error: unknown): string {

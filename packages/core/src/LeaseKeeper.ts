@@ -35,6 +35,12 @@ export class LeaseKeeper {
   private readonly receivedAt: number;
   private readonly intervalMs: number | undefined;
   private brokerExpiresAt: number | undefined;
+  /**
+   * Leased mode: when the DB claim may have lapsed, on our clock, measured from the start
+   * of the call that set it (so never later than the database's own deadline, which is
+   * counted from when the statement ran). Past it another consumer may take over.
+   */
+  private claimExpiresAt: number | undefined;
   private renewTimer: NodeJS.Timeout | undefined;
   private handlerTimer: NodeJS.Timeout | undefined;
   private stopped = false;
@@ -86,6 +92,11 @@ export class LeaseKeeper {
     this.handlerTimer.unref?.();
   }
 
+  /** Leased mode: the DB claim was just acquired (or taken over); its deadline starts now. */
+  claimAcquired(): void {
+    if (this.options.claimMs !== undefined) this.claimExpiresAt = this.now() + this.options.claimMs;
+  }
+
   stopHandlerClock(): void {
     clearTimeout(this.handlerTimer);
   }
@@ -103,15 +114,15 @@ export class LeaseKeeper {
     this.options.delivery.lost?.removeEventListener('abort', this.onDeliveryLost);
   }
 
-  private schedule(): void {
+  private schedule(delayMs = this.intervalMs): void {
     if (this.stopped) return;
-    this.renewTimer = setTimeout(() => void this.renew(), this.intervalMs);
+    this.renewTimer = setTimeout(() => void this.renew(), delayMs);
     this.renewTimer.unref?.();
   }
 
   private async renew(): Promise<void> {
     if (this.stopped) return;
-    const { delivery, brokerLease, renewBroker, renewClaim } = this.options;
+    const { delivery, brokerLease, renewBroker, renewClaim, claimMs } = this.options;
     try {
       if (renewBroker && brokerLease && delivery.extendLease) {
         const extendBy = this.cappedExtension(brokerLease);
@@ -125,9 +136,14 @@ export class LeaseKeeper {
         await delivery.extendLease(extendBy);
         this.brokerExpiresAt = this.now() + extendBy;
       }
-      if (renewClaim && !(await renewClaim())) {
-        this.lose(new LeaseLostError('the leased-mode claim was taken over by another consumer'));
-        return;
+      if (renewClaim) {
+        const renewedFrom = this.now();
+        if (!(await renewClaim())) {
+          this.lose(new LeaseLostError('the leased-mode claim was taken over by another consumer'));
+          return;
+        }
+        if (this.claimExpiresAt !== undefined && claimMs !== undefined)
+          this.claimExpiresAt = renewedFrom + claimMs;
       }
       if (this.stopped) return;
       this.options.onRenewed();
@@ -137,12 +153,23 @@ export class LeaseKeeper {
         this.lose(error);
         return;
       }
-      // A transient failure (network blip): keep trying while the lease can still be alive.
+      // A transient failure (network blip): keep trying while the leases can still be
+      // alive, sooner than usual, and give up while there is still a margin: once the DB
+      // claim lapses another consumer may take over while this handler still runs.
       this.options.onRenewError(error);
-      if (this.brokerExpiresAt !== undefined && this.now() >= this.brokerExpiresAt) {
-        this.lose(new LeaseLostError('lease renewal kept failing until the lease expired', { cause: error }));
+      const remaining =
+        Math.min(this.brokerExpiresAt ?? Infinity, this.claimExpiresAt ?? Infinity) - this.now();
+      const margin = Math.max(20, Math.floor((claimMs ?? this.intervalMs ?? 0) / 10));
+      if (remaining <= margin) {
+        this.lose(
+          new LeaseLostError('lease renewal kept failing until the lease (nearly) expired', { cause: error }),
+        );
         return;
       }
+      this.schedule(
+        Math.min(this.intervalMs ?? remaining, Math.max(10, Math.floor((remaining - margin) / 3))),
+      );
+      return;
     }
     this.schedule();
   }

@@ -64,7 +64,7 @@ export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; erro
 /**
  * The batch fast path: one transaction and one claim statement for many messages.
  * Results come back in input order; an ID that appears twice runs once (the second is a
- * `duplicate`).
+ * `duplicate` when the first commits, and `failed` with the first's error when it fails).
  *
  * It first runs every new item's work with no savepoints (two round trips fewer per
  * item). If an item throws, that transaction is rolled back and the batch runs again
@@ -94,7 +94,11 @@ export async function processBatchOnce<T, Tx = SqlClient>(
   try {
     return await runBatch(store, consumer, items, false);
   } catch (error) {
-    if (!(error instanceof BatchItemFailed)) throw error;
+    // An item threw, or the transaction failed as a whole for a reason of its own (an item
+    // caught a statement error and left it aborted, a deferred constraint at COMMIT):
+    // savepoints show which item is at fault. Outages and transient conflicts are not
+    // an item's doing and propagate.
+    if (!(error instanceof BatchItemFailed) && store.classifyError(error) !== 'other') throw error;
     return runBatch(store, consumer, items, true);
   }
 }
@@ -113,12 +117,18 @@ function runBatch<T, Tx>(
       const ids = items.map((item) => item.messageId);
       const claimed = new Set(await store.claim(tx, consumer, ids));
       const results: BatchItemResult<T>[] = [];
+      /** Where each ID this batch claimed first ran, for its repeats further on. */
+      const firstRun = new Map<string, number>();
+      const repeats: Array<[repeat: number, first: number]> = [];
       for (const item of items) {
         // Taking the ID out makes a second occurrence in the same batch a duplicate.
         if (!claimed.delete(item.messageId)) {
+          const first = firstRun.get(item.messageId);
+          if (first !== undefined) repeats.push([results.length, first]);
           results.push({ status: 'duplicate' });
           continue;
         }
+        firstRun.set(item.messageId, results.length);
         try {
           const result = isolateItems ? await store.savepoint(tx, () => item.work(tx)) : await item.work(tx);
           results.push({ status: 'processed', result });
@@ -129,6 +139,11 @@ function runBatch<T, Tx>(
           await store.unclaim(tx, consumer, [item.messageId]);
           results.push({ status: 'failed', error });
         }
+      }
+      // A repeat is a duplicate only of a copy that commits. When the first copy failed,
+      // no marker exists and acking the repeat would lose the message: it fails with it.
+      for (const [repeat, first] of repeats) {
+        if (results[first]!.status === 'failed') results[repeat] = results[first]!;
       }
       return results;
     }),

@@ -92,7 +92,10 @@ export interface IdempotencyStore<Tx = SqlClient> {
   acquireLease(key: MessageKey, leaseMs: number): Promise<LeaseClaim>;
   /** Leased mode: extends the claim if `owner` still holds it. */
   renewLease(key: MessageKey, owner: string, leaseMs: number): Promise<boolean>;
-  /** Leased mode: marks completed with `result` if `owner` still holds it. */
+  /**
+   * Leased mode: marks completed with `result` if `owner` still holds it. True also when
+   * `owner` already completed it (a retried completion), keeping the first result.
+   */
   completeLease(key: MessageKey, owner: string, result: unknown): Promise<boolean>;
   /** Leased mode: gives the claim up (after a failure) if `owner` still holds it. */
   releaseLease(key: MessageKey, owner: string): Promise<void>;
@@ -150,6 +153,22 @@ export interface HandlerContext<Tx = SqlClient> {
    * Send it as the provider's idempotency key.
    */
   idempotencyKey(step: string): string;
+  /**
+   * Runs `work` under a savepoint of `tx`: if it throws, only its statements are rolled
+   * back and the error is rethrown, so the rest of the transaction can still commit.
+   * This is the way to expect an SQL error in a handler. Catching a failed `ctx.tx`
+   * statement without a savepoint leaves the transaction aborted: PostgreSQL then
+   * answers the COMMIT with a rollback, and Oncely treats the attempt as failed.
+   * Not available in `leased` mode.
+   *
+   * @example
+   * ```ts
+   * await ctx.savepoint(() => ctx.tx.query('INSERT INTO seen(id) VALUES ($1)', [id])).catch((error) => {
+   *   if (error.code !== '23505') throw error; // already seen: fine, the rest still commits
+   * });
+   * ```
+   */
+  savepoint<T>(work: () => Promise<T>): Promise<T>;
   /** Aborts when the lease is lost, the handler timeout passes or shutdown's deadline passes. */
   signal: AbortSignal;
   /** 1 on the first attempt. */

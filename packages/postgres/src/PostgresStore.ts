@@ -11,15 +11,15 @@ import type {
 import { ConfigError, stderrLogger } from '@oncely/core';
 import type { ApplyIfNewerOptions } from './applyIfNewer.js';
 import { applyIfNewer } from './applyIfNewer.js';
-import { classifyPostgresError } from './classifyError.js';
+import { classifyStoreError, markFromStoreConnection } from './classifyError.js';
 import type { CallerTransaction } from './drivers/CallerTransactionDriver.js';
 import { CallerTransactionDriver } from './drivers/CallerTransactionDriver.js';
-import type { PgPoolLike } from './drivers/PgDriver.js';
+import type { PgPoolLike, PgTimeouts } from './drivers/PgDriver.js';
 import { PgDriver } from './drivers/PgDriver.js';
 import type { PgliteLike } from './drivers/PgliteDriver.js';
 import { PgliteDriver } from './drivers/PgliteDriver.js';
 import type { StoreDriver } from './drivers/StoreDriver.js';
-import { SchemaVersionError } from './errors.js';
+import { SchemaVersionError, TransactionAbortedError } from './errors.js';
 import { quoteSchemaName } from './identifiers.js';
 import { LATEST_VERSION, MIGRATIONS } from './migrations/index.js';
 import type { StoreQueries } from './queries.js';
@@ -47,6 +47,22 @@ export interface PostgresStoreCommonOptions {
    * @default 5000
    */
   lockTimeoutMs?: number;
+  /**
+   * `pg` only: the longest wait for one statement's answer, in ms (0: none). Past it the
+   * connection is discarded and the store reports itself unavailable, so a silent network
+   * partition becomes an outage (the consumer pauses, holds, then releases) instead of a
+   * hang. Keep it above your handlers' slowest `ctx.tx` statement.
+   * @default 30000 (the consumer's default `handlerTimeoutMs`)
+   */
+  queryTimeoutMs?: number;
+  /**
+   * `pg` only: `SET LOCAL idle_in_transaction_session_timeout` for store transactions, in
+   * ms (0: the server's setting). A client that vanishes mid-transaction has its session
+   * ended by the server after this long, freeing the marker rows it locked. Keep it above
+   * `handlerTimeoutMs`: a handler awaiting an HTTP call leaves its transaction idle.
+   * @default 60000
+   */
+  idleInTransactionTimeoutMs?: number;
   /**
    * Receives warnings such as idle pooled connections failing during a database outage.
    * @default core's stderr logger
@@ -408,7 +424,15 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
       await tx.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => {});
       throw error;
     }
-    await tx.query(`RELEASE SAVEPOINT ${name}`);
+    try {
+      // Fails (25P02) when `work` caught a statement error itself: the savepoint's part of
+      // the transaction is aborted. Rolling back to it keeps the rest of the transaction
+      // committable, and the throw makes this item a failure rather than a silent loss.
+      await tx.query(`RELEASE SAVEPOINT ${name}`);
+    } catch (error) {
+      await tx.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => {});
+      throw error;
+    }
     return result;
   }
 
@@ -508,7 +532,9 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
 
   /**
    * Leased mode: marks the claim completed with `result` (stored as JSON and returned to
-   * later deliveries) if `owner` still holds it. A result JSON cannot encode (a BigInt, a
+   * later deliveries) if `owner` still holds it. Idempotent for the owner: when the claim
+   * is already completed by `owner` (a retry whose first answer was lost in an outage) it
+   * returns true and keeps the stored result. A result JSON cannot encode (a BigInt, a
    * cycle) is stored as null rather than leaving the work uncompleted.
    *
    * @example
@@ -545,8 +571,9 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   }
 
   /**
-   * Classifies an error by SQLSTATE or socket code, never by message text. See
-   * {@link classifyPostgresError}.
+   * Classifies an error by SQLSTATE or socket code, never by message text (see
+   * `classifyPostgresError`). Only the store's own connections can make an error
+   * `'unavailable'`: a socket error from anything else a handler called is `'other'`.
    *
    * @example
    * ```ts
@@ -554,7 +581,7 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    * ```
    */
   classifyError(error: unknown): StoreErrorKind {
-    return classifyPostgresError(error);
+    return classifyStoreError(error);
   }
 
   /**
@@ -665,8 +692,11 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     return this.driver.transaction(
       operation,
       async (client) => {
-        if (verify && !this.schemaVerified) await this.verifySchema(client);
-        return work(client);
+        const connection = new StoreConnection(client);
+        if (verify && !this.schemaVerified) await this.verifySchema(connection);
+        const result = await work(connection);
+        await connection.assertCommittable();
+        return result;
       },
       lockTimeoutMs,
     );
@@ -685,6 +715,60 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     if (version !== LATEST_VERSION) throw new SchemaVersionError(this.schema, version, LATEST_VERSION);
     this.schemaVerified = true;
   }
+}
+
+/**
+ * The store's side of one transaction's connection (what handlers get as `ctx.tx`). It
+ * marks every error a statement raises as coming from the store's connection (only those
+ * may declare the store unavailable), and remembers that one failed: a caller that caught
+ * it may have left the transaction aborted, and `assertCommittable` then refuses to let
+ * the COMMIT pass as a success on any driver, including a caller's own transaction whose
+ * COMMIT the store never sees.
+ */
+class StoreConnection implements SqlClient {
+  private failed: unknown;
+  private hasFailed = false;
+
+  constructor(private readonly inner: SqlClient) {}
+
+  async query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]) {
+    try {
+      return await (params === undefined ? this.inner.query<R>(text) : this.inner.query<R>(text, params));
+    } catch (error) {
+      markFromStoreConnection(error);
+      if (!this.hasFailed) {
+        this.hasFailed = true;
+        this.failed = error;
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * After the work resolved: when a statement failed (and was caught), one more round
+   * trip tells whether the transaction is still usable (a savepoint rolled back) or
+   * aborted (25P02), in which case the commit would silently roll back.
+   */
+  async assertCommittable(): Promise<void> {
+    if (!this.hasFailed) return;
+    try {
+      await this.inner.query('SELECT 1');
+    } catch (error) {
+      markFromStoreConnection(error);
+      if ((error as { code?: unknown }).code !== '25P02') throw error;
+      throw new TransactionAbortedError(
+        `a statement failed and its error was caught (${errorCode(this.failed)})`,
+        {
+          cause: this.failed,
+        },
+      );
+    }
+  }
+}
+
+function errorCode(error: unknown): string {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' ? `SQLSTATE ${code}` : 'no SQLSTATE';
 }
 
 function createDriver(options: PostgresStoreOptions): StoreDriver {
@@ -712,15 +796,29 @@ function createDriver(options: PostgresStoreOptions): StoreDriver {
         connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
       },
       log,
+      pgTimeouts(options),
     );
   }
-  if ('pool' in options) return new PgDriver({ pool: options.pool }, log);
+  if ('pool' in options) return new PgDriver({ pool: options.pool }, log, pgTimeouts(options));
   if ('transaction' in options) {
     if (typeof options.transaction !== 'function') throw new ConfigError('transaction', 'must be a function');
     return new CallerTransactionDriver(options.transaction);
   }
   if ('pglite' in options) return new PgliteDriver({ pglite: options.pglite });
   return new PgliteDriver({ dataDir: options.embedded.dataDir });
+}
+
+function pgTimeouts(options: PostgresStoreCommonOptions): PgTimeouts {
+  const timeouts = {
+    queryTimeoutMs: options.queryTimeoutMs ?? 30_000,
+    idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 60_000,
+  };
+  for (const [field, value] of Object.entries(timeouts)) {
+    if (!Number.isInteger(value) || value < 0) {
+      throw new ConfigError(field, `must be a non-negative integer of ms; got ${String(value)}`);
+    }
+  }
+  return timeouts;
 }
 
 async function present(client: SqlClient, sql: string, name: string): Promise<boolean> {

@@ -29,13 +29,14 @@ const UNAVAILABLE_SOCKET_CODES = new Set([
 ]);
 
 /**
- * Set (non-enumerable) on an error that escaped a transaction while the store's own
- * connection was still healthy. A socket error code on such an error came from something
- * else the handler called (an HTTP API refusing connections), not from the database:
- * treating it as a store outage would pause the consumer and retry the handler forever.
- * SQLSTATEs still count: a terminated backend reports 57P01 before its socket closes.
+ * Set (non-enumerable) on every error a store connection's own statement raised (see
+ * {@link markFromStoreConnection}). Only such errors, and the store's own
+ * `StoreUnavailableError` / `SchemaVersionError`, may declare the store unavailable: a
+ * socket error code on anything else came from something the handler called (an HTTP API
+ * refusing connections), and treating it as a store outage would pause the consumer and
+ * re-run the handler without ever counting an attempt.
  */
-const STORE_CONNECTION_HEALTHY = Symbol.for('oncely.postgres.storeConnectionHealthy');
+const FROM_STORE_CONNECTION = Symbol.for('oncely.postgres.fromStoreConnection');
 
 /** How deep `cause` chains and AggregateErrors are followed. */
 const MAX_DEPTH = 6;
@@ -69,15 +70,34 @@ const MAX_DEPTH = 6;
  * ```
  */
 export function classifyPostgresError(error: unknown): StoreErrorKind {
-  return classifyChain(error, 0, new Set(), !isHealthyConnectionError(error));
+  return classifyChain(error, 0, new Set());
 }
 
-function classifyChain(
-  error: unknown,
-  depth: number,
-  seen: Set<unknown>,
-  socketCodes: boolean,
-): StoreErrorKind {
+/**
+ * The store's own classification: like {@link classifyPostgresError}, except that
+ * `'unavailable'` needs evidence that the store's connection failed — the error (or one
+ * in its `cause` chain) was raised by a store connection's statement, or is the store's
+ * `StoreUnavailableError` / `SchemaVersionError`. Anything else that looks like an outage
+ * (a handler's HTTP call refused, a handler's own second database) is `'other'`: a
+ * handler failure, counted and retried with backoff.
+ */
+export function classifyStoreError(error: unknown): StoreErrorKind {
+  const kind = classifyPostgresError(error);
+  if (kind !== 'unavailable') return kind;
+  return raisedByStore(error, 0, new Set()) ? 'unavailable' : 'other';
+}
+
+function raisedByStore(error: unknown, depth: number, seen: Set<unknown>): boolean {
+  if (typeof error !== 'object' || error === null || depth > MAX_DEPTH || seen.has(error)) return false;
+  seen.add(error);
+  if (FROM_STORE_CONNECTION in error) return true;
+  if (isOncelyError(error, 'STORE_UNAVAILABLE') || isSchemaVersionError(error)) return true;
+  const nested = (error as { errors?: unknown }).errors;
+  if (Array.isArray(nested) && nested.some((inner) => raisedByStore(inner, depth + 1, seen))) return true;
+  return raisedByStore((error as { cause?: unknown }).cause, depth + 1, seen);
+}
+
+function classifyChain(error: unknown, depth: number, seen: Set<unknown>): StoreErrorKind {
   if (typeof error !== 'object' || error === null || depth > MAX_DEPTH || seen.has(error)) return 'other';
   seen.add(error);
   if (isOncelyError(error, 'STORE_UNAVAILABLE') || isSchemaVersionError(error)) return 'unavailable';
@@ -85,38 +105,33 @@ function classifyChain(
   if (typeof code === 'string') {
     if (TRANSIENT_SQLSTATES.has(code)) return 'transient';
     if (UNAVAILABLE_SQLSTATES.has(code)) return 'unavailable';
-    if (socketCodes && UNAVAILABLE_SOCKET_CODES.has(code)) return 'unavailable';
+    if (UNAVAILABLE_SOCKET_CODES.has(code)) return 'unavailable';
     if (code.length === 5 && code.startsWith('08')) return 'unavailable';
   }
   // Node reports a refused dual-stack connect (::1 and 127.0.0.1) as an AggregateError.
   const nested = (error as { errors?: unknown }).errors;
   if (Array.isArray(nested)) {
     for (const inner of nested) {
-      const kind = classifyChain(inner, depth + 1, seen, socketCodes);
+      const kind = classifyChain(inner, depth + 1, seen);
       if (kind !== 'other') return kind;
     }
   }
-  return classifyChain((error as { cause?: unknown }).cause, depth + 1, seen, socketCodes);
+  return classifyChain((error as { cause?: unknown }).cause, depth + 1, seen);
 }
 
 /**
- * Records that `error` escaped a transaction whose connection was still healthy (see
- * {@link STORE_CONNECTION_HEALTHY}). Errors that cannot carry a property are left alone.
+ * Records that `error` was raised by one of the store's own connections (see
+ * {@link FROM_STORE_CONNECTION}). Errors that cannot carry a property are left alone.
  */
-export function markStoreConnectionHealthy(error: unknown): void {
-  if (typeof error !== 'object' || error === null) return;
-  if (isOncelyError(error, 'STORE_UNAVAILABLE')) return;
+export function markFromStoreConnection(error: unknown): void {
+  if (typeof error !== 'object' || error === null || FROM_STORE_CONNECTION in error) return;
   try {
-    Object.defineProperty(error, STORE_CONNECTION_HEALTHY, {
+    Object.defineProperty(error, FROM_STORE_CONNECTION, {
       value: true,
       enumerable: false,
       configurable: true,
     });
   } catch {
-    // Frozen error objects keep their plain classification.
+    // A frozen error keeps the plain classification, so it can only count as 'other'.
   }
-}
-
-function isHealthyConnectionError(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && STORE_CONNECTION_HEALTHY in error;
 }

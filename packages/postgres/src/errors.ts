@@ -91,3 +91,29 @@ function schemaVersionMessage(schema: string, found: number, expected: number): 
 export function isSchemaVersionError(error: unknown): error is SchemaVersionError {
   return typeof error === 'object' && error !== null && SCHEMA_VERSION_ERROR in error;
 }
+
+/**
+ * The transaction did not commit although no error reached the store: a statement failed
+ * inside it and the handler caught the error (the "ignore 23505" idiom), so PostgreSQL
+ * aborted the transaction and answered the `COMMIT` with `ROLLBACK`. Neither the marker
+ * nor the effect exists, so the message must not be acked: this error makes the attempt
+ * a failure (rolled back, retried, counted). `cause` is the statement error that was
+ * swallowed.
+ *
+ * To expect an error inside a handler, run the statement under a savepoint:
+ * `await ctx.savepoint(() => ctx.tx.query(...)).catch(...)`.
+ *
+ * @example
+ * ```ts
+ * if (error instanceof TransactionAbortedError) console.error('handler swallowed', error.cause);
+ * ```
+ */
+export class TransactionAbortedError extends OncelyError {
+  constructor(detail: string, options?: ErrorOptions) {
+    super(
+      'TRANSACTION_ABORTED',
+      `the transaction was rolled back instead of committed: ${detail}. A statement inside it failed and its error was caught; run statements that may fail under ctx.savepoint()`,
+      options,
+    );
+  }
+}

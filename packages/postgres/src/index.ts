@@ -1,10 +1,15 @@
 export type { ApplyIfNewerOptions } from './applyIfNewer.js';
 export { applyIfNewer } from './applyIfNewer.js';
-export { classifyPostgresError } from './classifyError.js';
+export { classifyPostgresError, classifyStoreError } from './classifyError.js';
 export type { CallerTransaction } from './drivers/CallerTransactionDriver.js';
 export type { PgPoolClientLike, PgPoolLike } from './drivers/PgDriver.js';
 export type { PgliteLike, PgliteResultsLike, PgliteTransactionLike } from './drivers/PgliteDriver.js';
-export { DriverNotInstalledError, isSchemaVersionError, SchemaVersionError } from './errors.js';
+export {
+  DriverNotInstalledError,
+  isSchemaVersionError,
+  SchemaVersionError,
+  TransactionAbortedError,
+} from './errors.js';
 export { quoteIdentifier } from './identifiers.js';
 export { LATEST_VERSION } from './migrations/index.js';
 export type {

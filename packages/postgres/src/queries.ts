@@ -91,9 +91,13 @@ export function buildQueries(s: string): StoreQueries {
     renewLease: `UPDATE ${markers} SET locked_until = now() + $4::double precision ${MS}
       WHERE consumer = $1 AND message_id = $2 AND owner = $3 AND status = 'in_progress'
       RETURNING 1 AS renewed`,
+    // Idempotent for its owner: a retry after a lost answer finds the row completed and
+    // succeeds without touching the stored result.
     completeLease: `UPDATE ${markers}
-      SET status = 'completed', result = $4::text::jsonb, locked_until = NULL, processed_at = now()
-      WHERE consumer = $1 AND message_id = $2 AND owner = $3 AND status = 'in_progress'
+      SET status = 'completed', locked_until = NULL,
+        result = CASE WHEN status = 'in_progress' THEN $4::text::jsonb ELSE result END,
+        processed_at = CASE WHEN status = 'in_progress' THEN now() ELSE processed_at END
+      WHERE consumer = $1 AND message_id = $2 AND owner = $3 AND status IN ('in_progress', 'completed')
       RETURNING 1 AS completed`,
     releaseLease: `DELETE FROM ${markers}
       WHERE consumer = $1 AND message_id = $2 AND owner = $3 AND status = 'in_progress'

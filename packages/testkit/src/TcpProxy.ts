@@ -34,6 +34,8 @@ export class TcpProxy {
   private listenPort: number | undefined;
   private readonly sockets = new Set<Socket>();
   private closed = false;
+  /** Set by `stall()`: bytes are swallowed, nothing is closed (a silent network partition). */
+  private stalled = false;
 
   constructor(
     private readonly target: TcpProxyTarget,
@@ -55,6 +57,20 @@ export class TcpProxy {
   /** Connections currently forwarded (each counts its client and server side once). */
   get connectionCount(): number {
     return this.sockets.size / 2;
+  }
+
+  /**
+   * A silent partition: every open and new connection stays open, but no byte crosses in
+   * either direction (they are dropped, as a black-holing network does), so a client
+   * sees neither an error nor a close and only a timeout of its own can notice.
+   * `unstall()` forwards again; what was dropped stays lost.
+   */
+  stall(): void {
+    this.stalled = true;
+  }
+
+  unstall(): void {
+    this.stalled = false;
   }
 
   /** Starts listening on an ephemeral port of 127.0.0.1 and resolves with it. */
@@ -135,12 +151,18 @@ export class TcpProxy {
       socket.setNoDelay(true);
       // Errors (ECONNRESET when the peer is destroyed) end the pair; they are the point of the exercise.
       socket.on('error', () => peer.destroy());
+      socket.on('end', () => peer.end());
       socket.on('close', () => {
         this.sockets.delete(socket);
         peer.destroy();
       });
     }
-    client.pipe(upstream);
-    upstream.pipe(client);
+    // Not pipe(): stall() must be able to drop bytes without closing either side.
+    client.on('data', (chunk) => {
+      if (!this.stalled) upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (!this.stalled) client.write(chunk);
+    });
   }
 }

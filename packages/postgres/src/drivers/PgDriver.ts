@@ -1,7 +1,7 @@
 import type { Logger, SqlClient, SqlResult } from '@oncely/core';
 import { StoreUnavailableError } from '@oncely/core';
-import { classifyPostgresError, markStoreConnectionHealthy } from '../classifyError.js';
-import { DriverNotInstalledError } from '../errors.js';
+import { classifyPostgresError, markFromStoreConnection } from '../classifyError.js';
+import { DriverNotInstalledError, TransactionAbortedError } from '../errors.js';
 import type { StoreDriver } from './StoreDriver.js';
 import { describeError, lockTimeoutStatement } from './StoreDriver.js';
 
@@ -42,6 +42,27 @@ export type PgPoolSource =
   | { pool: PgPoolLike }
   | { connectionString: string; poolMax: number; connectTimeoutMs: number };
 
+/**
+ * Time bounds of the `pg` driver. A silent network partition (no RST, no FIN) leaves a
+ * socket waiting forever; without a bound of our own a delivery would be held, its lease
+ * renewed, and `stop()` could never finish.
+ */
+export interface PgTimeouts {
+  /**
+   * Longest wait for any one statement's answer, in ms (0: none). Past it the connection
+   * is discarded and the call fails with `StoreUnavailableError`, so a partitioned
+   * database becomes a store outage (pause, hold, release) in bounded time.
+   */
+  queryTimeoutMs: number;
+  /**
+   * `SET LOCAL idle_in_transaction_session_timeout` for store transactions, in ms (0: the
+   * server's setting). If the client vanishes mid-transaction, the server ends the session
+   * after this long and frees the marker rows it locked, so other consumers' claims do not
+   * wait on a ghost.
+   */
+  idleInTransactionTimeoutMs: number;
+}
+
 /** Stale-connection retries for a caller's pool, whose size we do not know. */
 const DEFAULT_STALE_ATTEMPTS = 10;
 
@@ -66,6 +87,7 @@ export class PgDriver implements StoreDriver {
   constructor(
     private readonly source: PgPoolSource,
     private readonly log: Logger,
+    private readonly timeouts: PgTimeouts,
   ) {
     this.ownsPool = !('pool' in source);
     this.staleConnectionAttempts = ('poolMax' in source ? source.poolMax : DEFAULT_STALE_ATTEMPTS) + 1;
@@ -80,25 +102,37 @@ export class PgDriver implements StoreDriver {
     work: (client: SqlClient) => Promise<T>,
     lockTimeoutMs: number | undefined,
   ): Promise<T> {
-    // One simple-protocol round trip opens the transaction and sets its lock timeout.
+    // One simple-protocol round trip opens the transaction and sets its timeouts.
     // READ COMMITTED explicitly: claims rely on re-checking the unique key after a wait,
     // whatever default_transaction_isolation the server has.
-    const begin = 'BEGIN ISOLATION LEVEL READ COMMITTED';
-    const { client, watch } = await this.checkout(
-      lockTimeoutMs === undefined ? begin : `${begin}; ${lockTimeoutStatement(lockTimeoutMs)}`,
-    );
+    let begin = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+    if (lockTimeoutMs !== undefined) begin += `; ${lockTimeoutStatement(lockTimeoutMs)}`;
+    const { idleInTransactionTimeoutMs } = this.timeouts;
+    if (idleInTransactionTimeoutMs > 0) {
+      begin += `; SET LOCAL idle_in_transaction_session_timeout = ${Math.trunc(idleInTransactionTimeoutMs)}`;
+    }
+    const { client, watch } = await this.checkout(begin);
+    const timed: SqlClient = {
+      query: (text, params) => this.timed(watch, () => client.query(text, params as unknown[])),
+    };
     let rollbackFailed = false;
     try {
       let result: T;
       try {
-        result = await work(client);
+        result = await work(timed);
       } catch (error) {
-        await client.query('ROLLBACK').catch(() => {
-          rollbackFailed = true;
-        });
+        // A dead or timed-out connection cannot roll back; the server does when it notices.
+        if (watch.lost === undefined) {
+          await this.timed(watch, () => client.query('ROLLBACK')).catch(() => {
+            rollbackFailed = true;
+          });
+        }
         throw error;
       }
-      await client.query('COMMIT');
+      const committed = (await this.timed(watch, () => client.query('COMMIT'))) as { command?: string };
+      // PostgreSQL answers COMMIT of an aborted transaction with the tag ROLLBACK and no
+      // error: nothing was written, and acking now would lose the message.
+      if (committed.command === 'ROLLBACK') throw new TransactionAbortedError('COMMIT answered ROLLBACK');
       return result;
     } catch (error) {
       if (watch.lost !== undefined) {
@@ -111,11 +145,43 @@ export class PgDriver implements StoreDriver {
           },
         );
       }
-      markStoreConnectionHealthy(error);
       throw error;
     } finally {
       watch.release(rollbackFailed);
     }
+  }
+
+  /**
+   * Runs one statement of `watch`'s client within `queryTimeoutMs`. Past it the
+   * connection is discarded (its answer can no longer be trusted to arrive) and the call
+   * fails with `StoreUnavailableError`.
+   */
+  private timed<R>(watch: ClientWatch, run: () => Promise<R>): Promise<R> {
+    const ms = this.timeouts.queryTimeoutMs;
+    const statement = run().catch((error: unknown) => {
+      markFromStoreConnection(error);
+      throw error;
+    });
+    if (ms <= 0) return statement;
+    return new Promise<R>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const error = new StoreUnavailableError(
+          `PostgreSQL did not answer within ${ms} ms (queryTimeoutMs): connection discarded`,
+        );
+        watch.kill(error);
+        reject(error);
+      }, ms);
+      statement.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
   }
 
   async statement<R = Record<string, unknown>>(
@@ -146,9 +212,15 @@ export class PgDriver implements StoreDriver {
       const client = await this.connect();
       const watch = watchClient(client);
       try {
-        const result = (await (params ? client.query(first, params) : client.query(first))) as SqlResult<R>;
+        const result = (await this.timed(watch, () =>
+          params ? client.query(first, params) : client.query(first),
+        )) as SqlResult<R>;
         return { client, watch, result };
       } catch (error) {
+        // A statement that timed out is a partition, not a stale pooled connection: trying
+        // every other connection would only multiply the wait.
+        if (error instanceof StoreUnavailableError && watch.lost === error) throw error;
+        markFromStoreConnection(error);
         const dead = watch.lost !== undefined || classifyPostgresError(error) === 'unavailable';
         watch.release(true);
         if (!dead) throw error;
@@ -179,6 +251,7 @@ export class PgDriver implements StoreDriver {
     try {
       return await pool.connect();
     } catch (error) {
+      markFromStoreConnection(error);
       throw new StoreUnavailableError(`cannot connect to PostgreSQL: ${describeError(error)}`, {
         cause: error,
       });
@@ -212,6 +285,8 @@ interface ClientWatch {
   readonly lost: unknown;
   /** Gives the client back; a dead or suspect one is destroyed instead of pooled. */
   release(suspect: boolean): void;
+  /** Declares the connection dead (a statement timed out) and destroys it now. */
+  kill(reason: Error): void;
 }
 
 /**
@@ -234,6 +309,10 @@ function watchClient(client: PgPoolClientLike): ClientWatch {
   return {
     get lost() {
       return state.lost;
+    },
+    kill(reason: Error) {
+      state.lost ??= reason;
+      this.release(true);
     },
     release(suspect: boolean) {
       if (released) return;

@@ -1,0 +1,428 @@
+import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:net';
+import type { ConsumerConfig, ConsumerEvent, ConsumerEventName, SqlClient } from '@oncely/core';
+import { Consumer, LeaseLostError, processBatchOnce } from '@oncely/core';
+import { PostgresStore } from '@oncely/postgres';
+import { requireService, TcpProxy } from '@oncely/testkit';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ScriptedAdapter, type Settlement } from './ScriptedAdapter.js';
+
+// The paths where the pipeline used to lose, double or strand a message (issue 10), each
+// reproduced against the real PostgreSQL server (and PGlite or a caller-owned transaction
+// where the driver matters). Every test here went red on the code before the fix.
+
+const connectionString = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const admin = new pg.Pool({ connectionString, max: 2 });
+admin.on('error', () => {});
+const hasPostgres = await requireService('PostgreSQL', () => admin.query('SELECT 1'));
+const database = new URL(connectionString);
+
+const schema = `oncely_hardening_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+const stores: PostgresStore[] = [];
+let server: PostgresStore;
+
+function serverStore(options: Partial<{ connectionString: string; queryTimeoutMs: number }> = {}) {
+  const store = new PostgresStore({ connectionString, schema, poolMax: 4, ...options });
+  stores.push(store);
+  return store;
+}
+
+beforeAll(async () => {
+  if (!hasPostgres) return;
+  server = serverStore();
+  await server.migrate();
+});
+afterAll(async () => {
+  for (const store of stores) await store.close().catch(() => {});
+  if (hasPostgres) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await admin.end();
+});
+
+let tables = 0;
+/** A fresh effects table with a unique `note` column, for handlers that provoke 23505. */
+async function effectsTable(): Promise<string> {
+  const table = `"${schema}".effects_${++tables}`;
+  await admin.query(`CREATE TABLE ${table} (message_id text NOT NULL, note text UNIQUE)`);
+  return table;
+}
+
+async function count(sql: string, params: unknown[] = []): Promise<number> {
+  const { rows } = await admin.query<{ n: number }>(sql, params);
+  return rows[0]!.n;
+}
+
+function markers(consumer: string): Promise<number> {
+  return count(`SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE consumer = $1`, [
+    consumer,
+  ]);
+}
+
+async function startConsumer(
+  store: PostgresStore,
+  patch: Partial<ConsumerConfig> & Pick<ConsumerConfig, 'handler'>,
+  adapter = new ScriptedAdapter(),
+) {
+  const name = `hardening-${randomUUID().slice(0, 8)}`;
+  const consumer = new Consumer(
+    {
+      name,
+      broker: { type: 'memory' },
+      store,
+      backoff: { initialMs: 50, maxMs: 100 },
+      logger: { debug() {}, info() {}, warn() {}, error() {} },
+      ...patch,
+    } as ConsumerConfig,
+    adapter,
+  );
+  const events: Array<[ConsumerEventName, ConsumerEvent]> = [];
+  for (const event of [
+    'processed',
+    'duplicate',
+    'failed',
+    'retried',
+    'deadLettered',
+    'released',
+    'storeUnavailable',
+    'leaseLost',
+    'takeover',
+  ] as const) {
+    consumer.on(event, (e) => events.push([event, e]));
+  }
+  await consumer.start();
+  return { consumer, adapter, events, name, names: () => events.map(([n]) => n) };
+}
+
+/** Resolves with the delivery's settlement, or with 'unsettled' if none came within `ms`. */
+function settledWithin(delivery: Promise<Settlement>, ms: number): Promise<Settlement | 'unsettled'> {
+  return Promise.race([
+    delivery,
+    new Promise<'unsettled'>((resolve) => setTimeout(() => resolve('unsettled'), ms).unref()),
+  ]);
+}
+
+describe.skipIf(!hasPostgres)('defect 1: a COMMIT that did not commit is a failure', () => {
+  /** The "ignore 23505" idiom: the SQL error is caught, the transaction is silently aborted. */
+  const swallowing = (table: string) => async (message: { id: string }, ctx: { tx: SqlClient }) => {
+    await ctx.tx.query(`INSERT INTO ${table}(message_id, note) VALUES ($1, 'taken')`, [message.id]);
+    try {
+      await ctx.tx.query(`INSERT INTO ${table}(message_id, note) VALUES ($1, 'taken')`, [message.id]);
+    } catch {
+      // "already there, fine"
+    }
+  };
+
+  for (const driver of ['pg', 'caller', 'pglite'] as const) {
+    it(`${driver}: the consumer retries instead of acking, and no marker is left`, async () => {
+      const table = await effectsTable();
+      let store: PostgresStore;
+      let pool: pg.Pool | undefined;
+      if (driver === 'pg') store = server;
+      else if (driver === 'caller') {
+        pool = new pg.Pool({ connectionString, max: 2 });
+        const callerPool = pool;
+        store = new PostgresStore({
+          schema,
+          transaction: async (work) => {
+            const client = await callerPool.connect();
+            try {
+              await client.query('BEGIN');
+              const result = await work(client);
+              await client.query('COMMIT'); // a caller that does not read the command tag either
+              return result;
+            } catch (error) {
+              await client.query('ROLLBACK').catch(() => {});
+              throw error;
+            } finally {
+              client.release();
+            }
+          },
+        });
+      } else {
+        store = PostgresStore.embedded();
+        await store.migrate();
+        await store.transaction((tx) =>
+          tx.query(
+            `CREATE SCHEMA IF NOT EXISTS "${schema}"; CREATE TABLE ${table} (message_id text, note text UNIQUE)`,
+          ),
+        );
+      }
+      const { consumer, adapter, names, name } = await startConsumer(store, { handler: swallowing(table) });
+      const settlement = await adapter.deliver({ id: 'm1' });
+      await consumer.stop();
+      expect(settlement.kind).toBe('retry');
+      expect(names()).toEqual(['failed', 'retried']);
+      if (driver !== 'pglite') {
+        expect(await markers(name)).toBe(0);
+        expect(await count(`SELECT count(*)::int AS n FROM ${table}`)).toBe(0);
+      }
+      await pool?.end();
+      if (driver === 'pglite') await store.close();
+    });
+  }
+
+  it('processBatchOnce reports the swallowing item failed and commits the others', async () => {
+    const table = await effectsTable();
+    const consumer = `batch-${randomUUID().slice(0, 8)}`;
+    const results = await processBatchOnce(server, consumer, [
+      { messageId: 'ok', work: (tx) => tx.query(`INSERT INTO ${table}(message_id) VALUES ('ok')`) },
+      { messageId: 'bad', work: (tx) => swallowing(table)({ id: 'bad' }, { tx }) },
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['processed', 'failed']);
+    expect(await markers(consumer)).toBe(1);
+    expect(await count(`SELECT count(*)::int AS n FROM ${table}`)).toBe(1);
+  });
+
+  it('ctx.savepoint is the idiom that works: the expected error is rolled back alone', async () => {
+    const table = await effectsTable();
+    const { consumer, adapter, name } = await startConsumer(server, {
+      handler: async (message, ctx) => {
+        await ctx.tx.query(`INSERT INTO ${table}(message_id, note) VALUES ($1, 'taken')`, [message.id]);
+        await ctx
+          .savepoint(() => ctx.tx.query(`INSERT INTO ${table}(message_id, note) VALUES ($1, 'taken')`, ['x']))
+          .catch(() => {});
+      },
+    });
+    expect(await adapter.deliver({ id: 'm1' })).toEqual({ kind: 'ack' });
+    await consumer.stop();
+    expect(await markers(name)).toBe(1);
+    expect(await count(`SELECT count(*)::int AS n FROM ${table}`)).toBe(1);
+  });
+});
+
+describe.skipIf(!hasPostgres)('defect 2: a batch-level error settles every delivery', () => {
+  it('a deferred constraint failing at COMMIT: healthy neighbours commit, the culprit is retried', async () => {
+    const table = `"${schema}".deferred_${++tables}`;
+    await admin.query(
+      `CREATE TABLE ${table} (message_id text, note text, CONSTRAINT u UNIQUE (note) DEFERRABLE INITIALLY DEFERRED)`,
+    );
+    await admin.query(`INSERT INTO ${table} VALUES ('seed', 'taken')`);
+    const { consumer, adapter, name } = await startConsumer(server, {
+      concurrency: 3,
+      maxAttempts: 2,
+      batch: { size: 3, maxWaitMs: 50 },
+      handler: async (message, ctx) => {
+        const note = message.id === 'bad' ? 'taken' : message.id;
+        await ctx.tx.query(`INSERT INTO ${table} VALUES ($1, $2)`, [message.id, note]);
+      },
+    });
+    const settlements = await Promise.all(
+      ['a', 'bad', 'c'].map((id) => settledWithin(adapter.deliver({ id }), 5000)),
+    );
+    await consumer.stop();
+    expect(settlements).toEqual([
+      { kind: 'ack' },
+      { kind: 'retry', delayMs: expect.any(Number) },
+      { kind: 'ack' },
+    ]);
+    expect(await markers(name)).toBe(2);
+  });
+});
+
+describe.skipIf(!hasPostgres)("defect 3: a handler's own socket error is a handler failure", () => {
+  /** A real refused connection: a port that was just free on 127.0.0.1. */
+  const callRefusedService = async () => {
+    const probe = createServer();
+    const port = await new Promise<number>((resolve) =>
+      probe.listen(0, '127.0.0.1', () => resolve((probe.address() as { port: number }).port)),
+    );
+    await new Promise((resolve) => probe.close(resolve));
+    await fetch(`http://127.0.0.1:${port}/charge`, { method: 'POST' }); // TypeError, cause ECONNREFUSED
+  };
+
+  for (const [mode, driver] of [
+    ['transactional', 'pg'],
+    ['transactional', 'pglite'],
+    ['leased', 'pg'],
+  ] as const) {
+    it(`${mode} on ${driver}: retried once with backoff and counted, never a store outage`, async () => {
+      let store = server;
+      if (driver === 'pglite') {
+        store = PostgresStore.embedded();
+        await store.migrate();
+      }
+      let runs = 0;
+      const { consumer, adapter, names } = await startConsumer(store, {
+        mode,
+        handler: async () => {
+          runs++;
+          await callRefusedService();
+        },
+      });
+      const settlement = await settledWithin(adapter.deliver({ id: 'm1' }), 3000);
+      await consumer.stop();
+      if (driver === 'pglite') await store.close();
+      expect(settlement).toMatchObject({ kind: 'retry' });
+      expect(runs).toBe(1);
+      expect(names()).toEqual(['failed', 'retried']);
+    });
+  }
+});
+
+describe.skipIf(!hasPostgres)('leased mode', () => {
+  it('defect 4: an outage during completion retries it with the same owner; the handler ran once', async () => {
+    const proxy = new TcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
+    const port = await proxy.start();
+    const via = new URL(connectionString);
+    via.hostname = '127.0.0.1';
+    via.port = String(port);
+    const store = serverStore({ connectionString: via.href });
+    let runs = 0;
+    const { consumer, adapter, names, name } = await startConsumer(store, {
+      mode: 'leased',
+      leaseMs: 5000,
+      handler: async () => {
+        runs++;
+        await proxy.cut(); // the database goes away just before the completion
+        setTimeout(() => void proxy.resume(), 300);
+        return { done: true };
+      },
+    });
+    const settlement = await settledWithin(adapter.deliver({ id: 'm1' }), 8000);
+    await consumer.stop();
+    await proxy.close();
+    expect(settlement).toEqual({ kind: 'ack' });
+    expect(runs).toBe(1);
+    expect(names()).not.toContain('takeover');
+    expect(names().filter((n) => n === 'processed')).toHaveLength(1);
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE consumer = $1 AND status = 'completed'`,
+        [name],
+      ),
+    ).toBe(1);
+  });
+
+  it('defect 5: a completion the store refuses (22P05) is settled and counted, not looped', async () => {
+    let runs = 0;
+    const { consumer, adapter, names } = await startConsumer(server, {
+      mode: 'leased',
+      maxAttempts: 2,
+      handler: async () => {
+        runs++;
+        return { text: 'nul \u0000 byte' }; // jsonb refuses \u0000
+      },
+    });
+    const first = await settledWithin(adapter.deliver({ id: 'm1', deliveryCount: 1 }), 3000);
+    const second = await settledWithin(adapter.deliver({ id: 'm1', deliveryCount: 2 }), 3000);
+    await consumer.stop();
+    expect(first).toMatchObject({ kind: 'retry' });
+    expect(second).toMatchObject({ kind: 'dead-letter', reason: 'max-attempts' });
+    expect(runs).toBe(2);
+    expect(names()).toEqual(['failed', 'retried', 'failed', 'deadLettered']);
+  });
+
+  it('defect 6: a failing claim renewal aborts ctx.signal before another owner can take over', async () => {
+    const proxy = new TcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
+    const port = await proxy.start();
+    const via = new URL(connectionString);
+    via.hostname = '127.0.0.1';
+    via.port = String(port);
+    const store = serverStore({ connectionString: via.href });
+    const leaseMs = 600;
+    let abortedAfterMs: number | undefined;
+    let reason: unknown;
+    const { consumer, adapter } = await startConsumer(store, {
+      mode: 'leased',
+      leaseMs,
+      outageHoldMs: 200,
+      handler: async (_message, ctx) => {
+        await proxy.cut(); // renewals of the DB claim now fail
+        const cutAt = Date.now();
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 3 * leaseMs);
+          ctx.signal.addEventListener('abort', () => {
+            abortedAfterMs = Date.now() - cutAt;
+            reason = ctx.signal.reason;
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+        await proxy.resume();
+      },
+    });
+    await settledWithin(adapter.deliver({ id: 'm1' }), 5000);
+    await consumer.stop();
+    await proxy.close();
+    expect(reason).toBeInstanceOf(LeaseLostError);
+    expect(abortedAfterMs).toBeLessThan(leaseMs);
+  });
+});
+
+describe.skipIf(!hasPostgres)('defect 7: a silent partition becomes a store outage in bounded time', () => {
+  it('statements time out, storeUnavailable is emitted and the delivery is released', async () => {
+    const proxy = new TcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
+    const port = await proxy.start();
+    const via = new URL(connectionString);
+    via.hostname = '127.0.0.1';
+    via.port = String(port);
+    const store = serverStore({ connectionString: via.href, queryTimeoutMs: 500 });
+    await store.ping();
+    const table = await effectsTable();
+    const { consumer, adapter, names } = await startConsumer(store, {
+      outageHoldMs: 500,
+      handler: async (message, ctx) => {
+        proxy.stall();
+        await ctx.tx.query(`INSERT INTO ${table}(message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    const settlement = await settledWithin(adapter.deliver({ id: 'm1' }), 6000);
+    proxy.unstall();
+    const stopped = await Promise.race([
+      consumer.stop().then(() => 'stopped'),
+      new Promise((resolve) => setTimeout(() => resolve('stop hung'), 5000).unref()),
+    ]);
+    await proxy.close();
+    expect(settlement).toEqual({ kind: 'release' });
+    expect(names()).toContain('storeUnavailable');
+    expect(stopped).toBe('stopped');
+  });
+});
+
+describe.skipIf(!hasPostgres)('defect 8: a stop-deadline abort releases, never counts', () => {
+  it('with maxAttempts 1 the aborted message is released, not dead-lettered', async () => {
+    let signalled!: () => void;
+    const running = new Promise<void>((resolve) => {
+      signalled = resolve;
+    });
+    const { consumer, adapter, names } = await startConsumer(server, {
+      maxAttempts: 1,
+      stopTimeoutMs: 100,
+      handler: async (_message, ctx) => {
+        signalled();
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+      },
+    });
+    const delivery = adapter.deliver({ id: 'm1' });
+    await running;
+    await consumer.stop();
+    expect(await settledWithin(delivery, 3000)).toEqual({ kind: 'release' });
+    expect(names()).not.toContain('deadLettered');
+  });
+});
+
+describe.skipIf(!hasPostgres)('defect 9: the same ID twice in one batch, the first copy failing', () => {
+  it('the second copy is not acked while no marker exists', async () => {
+    const { consumer, adapter, name } = await startConsumer(server, {
+      concurrency: 3,
+      batch: { size: 3, maxWaitMs: 50 },
+      handler: async (message) => {
+        if (message.id === 'b') throw new Error('b fails');
+      },
+    });
+    const settlements = await Promise.all(
+      ['b', 'b', 'c'].map((id) => settledWithin(adapter.deliver({ id }), 5000)),
+    );
+    await consumer.stop();
+    const { rows } = await admin.query<{ message_id: string }>(
+      `SELECT message_id FROM "${schema}".processed_messages WHERE consumer = $1 ORDER BY 1`,
+      [name],
+    );
+    const acked = settlements.filter((s) => s !== 'unsettled' && s.kind === 'ack').length;
+    // Every ack must be backed by a marker: b's copies are acked only if b committed.
+    const bMarker = rows.some((r) => r.message_id === 'b');
+    expect(settlements[2]).toEqual({ kind: 'ack' });
+    expect(acked).toBe(bMarker ? 3 : 1);
+    expect(settlements.every((s) => s !== 'unsettled')).toBe(true);
+  });
+});
