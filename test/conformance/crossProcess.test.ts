@@ -1,5 +1,5 @@
 /**
- * The testkit's crash-test machinery (scenarios 5 and 6: a consumer child process
+ * The testkit's crash-test machinery (scenarios 5, 6 and 17: a consumer child process
  * SIGKILLed right after / right before its commit) run against a queue kept in a
  * PostgreSQL table, which outlives the killed process the way a real broker does. The
  * memory broker cannot show this (it lives in the test process); real adapters run the
@@ -17,6 +17,6 @@ describe.skipIf(!hasPostgres)('crossProcess machinery', () => {
     name: 'crash-test child process on a PostgreSQL-table queue',
     features: pgQueueFeatures,
     createHarness: () => pgQueueHarness(),
-    only: [5, 6],
+    only: [5, 6, 17],
   });
 });

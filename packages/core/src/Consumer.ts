@@ -100,6 +100,11 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private readonly waiters: Array<() => void> = [];
   /** Set while the store is down: fetching pauses until a probe succeeds. */
   private outage: Promise<void> | undefined;
+  /**
+   * Deliveries whose run was counted before it started (a possible redelivery, so a
+   * crash must still count): a release takes the count back.
+   */
+  private readonly countedRuns = new WeakMap<Delivery, MessageKey>();
   /** Deliveries a settlement was attempted for: the safety net releases any other. */
   private readonly settledDeliveries = new WeakSet<Delivery>();
   /** Present with the `batch` option: collects prepared deliveries into one transaction. */
@@ -428,11 +433,45 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     });
   }
 
-  /** The broker's delivery count where it keeps one, else the advisory counter in the store. */
+  /**
+   * The attempt this run is: failed runs so far (and runs that crashed the process) plus
+   * one. Attempts count failures, not deliveries: a broker's delivery count also counts
+   * releases (stop, outage, a prefetched or held-back delivery that never ran), so it only
+   * tells whether this may be a redelivery.
+   *
+   * - A first delivery writes nothing (the happy path pays for the marker alone). If it
+   *   fails, the failure is counted when it is settled; if it crashes the process, the
+   *   crash is not counted (the next delivery's count starts there).
+   * - A possible redelivery counts its run up front, in its own commit, so that a message
+   *   that crashes the process every time still reaches `maxAttempts`. If the run ends in
+   *   a release instead, the count is taken back.
+   */
   private async attemptNumber(delivery: Delivery, key: MessageKey): Promise<number> {
-    const counted = delivery.envelope.deliveryCount;
-    if (counted !== undefined && counted >= 1) return counted;
-    return retryTransient(this.store, () => this.store.recordAttempt(key));
+    if (isFirstDelivery(delivery.envelope)) return 1;
+    const attempt = await retryTransient(this.store, () => this.store.recordAttempt(key));
+    this.countedRuns.set(delivery, key);
+    return attempt;
+  }
+
+  /** A failed run of a first delivery: counted now (a redelivery's run was counted up front). */
+  private async countFailure(delivery: Delivery, event: ConsumerEvent): Promise<void> {
+    if (this.countedRuns.has(delivery) || event.messageId === undefined) return;
+    const key = { consumer: event.consumer, messageId: event.messageId };
+    await retryTransient(this.store, () => this.store.recordAttempt(key)).catch((error) =>
+      this.log.warn('could not count a failed attempt', { ...event, error }),
+    );
+  }
+
+  /** A counted run that did not fail (released, or backed off from a busy claim): uncount it. */
+  private async uncount(delivery: Delivery, event: ConsumerEvent): Promise<void> {
+    const key = this.countedRuns.get(delivery);
+    if (!key) return;
+    this.countedRuns.delete(delivery);
+    await this.store
+      .forgetAttempt(key)
+      .catch((error) =>
+        this.log.warn('could not take back the count of a released run', { ...event, error }),
+      );
   }
 
   /** `transactional` and `offsets` modes: marker (or offset) and effect in one transaction. */
@@ -634,6 +673,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         await this.settle('ack', delivery, () => delivery.ack(), event);
         return;
       case 'busy':
+        await this.uncount(delivery, event);
         await this.retry(delivery, outcome.retryInMs, event);
         return;
       case 'release':
@@ -643,12 +683,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         await this.deadLetter(
           delivery,
           'max-attempts',
-          `delivery ${event.attempt} exceeds maxAttempts ${this.settings.maxAttempts}; earlier attempts did not complete`,
+          `attempt ${event.attempt} exceeds maxAttempts ${this.settings.maxAttempts}: earlier runs failed or crashed the process`,
           event,
         );
         return;
       case 'failed': {
         this.emit('failed', { ...event, error: outcome.error });
+        await this.countFailure(delivery, event);
         const attempt = event.attempt ?? 1;
         if (attempt >= this.settings.maxAttempts) {
           const detail = `failed ${attempt} times; last error: ${errorText(outcome.error)}`;
@@ -664,6 +705,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   /** Gives a delivery back without it counting as an attempt (stop, outage, safety net). */
   private async release(delivery: Delivery, event: ConsumerEvent): Promise<void> {
     if (await this.settle('release', delivery, () => delivery.release(), event)) this.emit('released', event);
+    // Not awaited: a release often happens because the store is down or partitioned, and
+    // giving the message back must not wait for the store. A count that cannot be taken
+    // back costs the message one attempt, logged.
+    void this.uncount(delivery, event);
   }
 
   private async retry(delivery: Delivery, delayMs: number, event: ConsumerEvent): Promise<void> {
@@ -817,6 +862,16 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       this.log.warn(`'${name}' listener threw`, { error });
     }
   }
+}
+
+/**
+ * True when the broker says this is the message's first delivery: a delivery count of 1,
+ * or a `redelivered` flag that is false. A broker that tells neither may be redelivering.
+ */
+function isFirstDelivery(envelope: Delivery['envelope']): boolean {
+  if (envelope.redelivered === true) return false;
+  if (envelope.deliveryCount !== undefined) return envelope.deliveryCount <= 1;
+  return envelope.redelivered === false;
 }
 
 function isShutdown(signal: AbortSignal): boolean {

@@ -84,10 +84,15 @@ export interface IdempotencyStore<Tx = SqlClient> {
   /** Runs `work` under a savepoint of `tx`; a throw rolls back to the savepoint and rethrows. */
   savepoint<T>(tx: Tx, work: () => Promise<T>): Promise<T>;
   /**
-   * Advisory delivery counter for brokers that keep none: increments in its own short
-   * transaction and returns the new count (1 on the first delivery). Never a dedup gate.
+   * Advisory attempt counter (failed runs, and runs that may crash the process):
+   * increments in its own short commit and returns the new count. Never a dedup gate.
    */
   recordAttempt(key: MessageKey): Promise<number>;
+  /**
+   * Takes one count back (a run counted up front was released instead of failing). Never
+   * below zero.
+   */
+  forgetAttempt(key: MessageKey): Promise<void>;
   /** Leased mode: claim `in_progress` until now + `leaseMs` (database time). */
   acquireLease(key: MessageKey, leaseMs: number): Promise<LeaseClaim>;
   /** Leased mode: extends the claim if `owner` still holds it. */
@@ -119,7 +124,10 @@ export interface Message<TBody = unknown> {
   body: TBody;
   /** Message attributes / headers / application properties, as strings. */
   attributes: Readonly<Record<string, string>>;
-  /** Delivery count (1 on the first delivery), from the broker or the advisory counter. */
+  /**
+   * The attempt this run is: 1, plus the runs of this message that failed or crashed the
+   * process. Releases (stop, store outage) do not count, unlike a broker's delivery count.
+   */
   deliveryAttempt?: number;
   redelivered?: boolean;
   orderingKey?: string;

@@ -53,6 +53,8 @@ interface Generation {
   readonly committed: Map<number, bigint>;
   /** `offsets` mode: the stored next offsets read at assignment (empty otherwise). */
   storedOffsets: Promise<Map<number, string>>;
+  /** Partitions this generation has dispatched a record of (see `mayBeRedelivery`). */
+  readonly started: Set<number>;
   /** A heartbeat reported a rebalance: end batches so kafkajs can rejoin. */
   rebalancing?: unknown;
   /** A heartbeat reported that this member is out of the group: nothing may be committed. */
@@ -110,6 +112,8 @@ export class KafkaAdapter implements BrokerAdapter {
   private closed = false;
   private readonly activeBatches = new Set<Promise<void>>();
   private readonly timers = new Set<NodeJS.Timeout>();
+  /** Highest offset dispatched per partition by this member, across generations. */
+  private readonly highestDispatched = new Map<number, bigint>();
   private rebuildDelayMs = REBUILD_MIN_MS;
 
   constructor(broker: BrokerConfig, options: { consumerName: string; log: Logger }) {
@@ -248,6 +252,7 @@ export class KafkaAdapter implements BrokerAdapter {
       partitions,
       committed: new Map(),
       storedOffsets: Promise.resolve(new Map()),
+      started: new Set(),
     };
   }
 
@@ -457,8 +462,10 @@ export class KafkaAdapter implements BrokerAdapter {
     const settle = (value: Settlement) => {
       if (open && settlement === undefined) settlement = value;
     };
+    const envelope = toEnvelope(batch.topic, batch.partition, message);
+    envelope.redelivered = this.mayBeRedelivery(batch.partition, BigInt(message.offset), generation);
     const delivery: Delivery = {
-      envelope: toEnvelope(batch.topic, batch.partition, message),
+      envelope,
       ack: async () => {
         await this.confirmMembership(payload, generation);
         settle({ kind: 'done' });
@@ -474,6 +481,23 @@ export class KafkaAdapter implements BrokerAdapter {
     await this.runtime!.dispatch(delivery);
     open = false;
     return settlement ?? { kind: 'unsettled' };
+  }
+
+  /**
+   * Kafka keeps no delivery count, and the core counts a run up front only when a record
+   * may be a redelivery (so the happy path writes nothing but the marker). A record may
+   * be one when this member dispatched it before (a retry fetched again), or when it is
+   * the first record of a partition after an assignment: the previous owner may have
+   * been running it when it crashed or was evicted. Every later record of the partition
+   * is new to the group. So a record that crashes its consumer every time still reaches
+   * `maxAttempts`, at the cost of one counter write per partition per rebalance.
+   */
+  private mayBeRedelivery(partition: number, offset: bigint, generation: Generation): boolean {
+    const highest = this.highestDispatched.get(partition);
+    const firstOfAssignment = !generation.started.has(partition);
+    generation.started.add(partition);
+    if (highest === undefined || offset > highest) this.highestDispatched.set(partition, offset);
+    return firstOfAssignment || (highest !== undefined && offset <= highest);
   }
 
   private async publishDeadLetter(

@@ -437,25 +437,46 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   }
 
   /**
-   * Increments the advisory delivery counter of `key` in its own short transaction and
-   * returns the new count (1 on the first delivery). Never a dedup gate.
-   *
+   * Increments the advisory attempt counter of `key` in its own short commit and returns
+   * the new count. The core counts failed runs and, up front, runs of possible
+   * redeliveries (so a message that crashes the process still reaches `maxAttempts`).
+   * Never a dedup gate.
    * @example
    * ```ts
    * const attempt = await store.recordAttempt({ consumer: 'payments', messageId: 'm-1' });
    * ```
    */
-  async recordAttempt(key: MessageKey): Promise<number> {
+  recordAttempt(key: MessageKey): Promise<number> {
+    return this.attemptStatement(this.queries.recordAttempt, key, 'recordAttempt()').then((rows) =>
+      Number(rows[0]!.attempts),
+    );
+  }
+
+  /**
+   * Takes one count of `key` back (a run counted up front ended in a release, which is
+   * never an attempt). Never goes below zero.
+   * @example
+   * ```ts
+   * await store.forgetAttempt({ consumer: 'payments', messageId: 'm-1' });
+   * ```
+   */
+  async forgetAttempt(key: MessageKey): Promise<void> {
+    await this.attemptStatement(this.queries.forgetAttempt, key, 'forgetAttempt()');
+  }
+
+  private async attemptStatement(
+    sql: string,
+    key: MessageKey,
+    operation: string,
+  ): Promise<Array<{ attempts: number }>> {
     const params = [key.consumer, key.messageId];
     // Once the schema is known good, the counter is one autocommit statement: one round
-    // trip per message instead of BEGIN / upsert / COMMIT.
+    // trip instead of BEGIN / statement / COMMIT.
     const { rows } =
       this.schemaVerified && this.driver.statement
-        ? await this.driver.statement<{ attempts: number }>(this.queries.recordAttempt, params)
-        : await this.run('recordAttempt()', (client) =>
-            client.query<{ attempts: number }>(this.queries.recordAttempt, params),
-          );
-    return Number(rows[0]!.attempts);
+        ? await this.driver.statement<{ attempts: number }>(sql, params)
+        : await this.run(operation, (client) => client.query<{ attempts: number }>(sql, params));
+    return rows;
   }
 
   /**

@@ -18,6 +18,7 @@ export interface StoreQueries {
   readonly unclaim: string;
   /** $1 consumer, $2 message ID. Returns the new count. */
   readonly recordAttempt: string;
+  readonly forgetAttempt: string;
   /**
    * $1 consumer, $2 message ID, $3 lease ms, $4 owner token. Inserts an `in_progress`
    * claim, or takes over one whose deadline passed, in one statement (database time).
@@ -81,6 +82,8 @@ export function buildQueries(s: string): StoreQueries {
     recordAttempt: `INSERT INTO ${s}.attempts AS a (consumer, message_id, attempts) VALUES ($1, $2, 1)
       ON CONFLICT (consumer, message_id) DO UPDATE SET attempts = a.attempts + 1, updated_at = now()
       RETURNING a.attempts`,
+    forgetAttempt: `UPDATE ${s}.attempts SET attempts = attempts - 1, updated_at = now()
+      WHERE consumer = $1 AND message_id = $2 AND attempts > 0`,
     acquireLease: `INSERT INTO ${markers} AS m (consumer, message_id, status, locked_until, owner)
       VALUES ($1, $2, 'in_progress', now() + $3::double precision ${MS}, $4)
       ON CONFLICT (consumer, message_id) DO UPDATE

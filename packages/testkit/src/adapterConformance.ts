@@ -24,7 +24,7 @@ export interface AdapterConformanceOptions {
   createHarness: () => AdapterHarness | Promise<AdapterHarness>;
   /** Title of the `describe` block. @default 'adapter conformance' */
   name?: string;
-  /** Run only these scenario numbers (1–15), for debugging an adapter. @default all */
+  /** Run only these scenario numbers (1–17), for debugging an adapter. @default all */
   only?: readonly number[];
   /** Multiplies every deadline, for slow emulators. @default 1 */
   timeScale?: number;
@@ -52,7 +52,8 @@ interface Scenario {
 }
 
 /**
- * Registers the adapter conformance suite (shared/CONFORMANCE.md, scenarios 1–15) as
+ * Registers the adapter conformance suite (shared/CONFORMANCE.md scenarios 1–15, plus 16
+ * and 17 on counting attempts) as
  * vitest tests. Every adapter runs it against its real broker or emulator; each scenario
  * builds its consumers with `new Consumer(config, adapter)` around the harness's
  * adapter wrapped in a {@link FaultInjector}, writes every effect as a row of a real
@@ -888,6 +889,146 @@ const SCENARIOS: Scenario[] = [
         const order = rows.filter((row) => row.ordering_key === key).map((row) => row.seq);
         expect(order, `commit order of ${key}`).toEqual(Array.from({ length: perKey }, (_, seq) => seq));
       }
+    },
+  },
+  {
+    n: 16,
+    slug: 'releases-not-attempts',
+    title: 'attempts count failures, not deliveries: three releases, then maxAttempts failing runs',
+    // Catches a broker delivery count taken as the attempt number (each release would use
+    // up maxAttempts: the failing message dead-lettered before its 2 runs, or at once),
+    // and a happy path that writes an attempt counter (the fresh message's count is 1
+    // only if nothing was written before).
+    missing: (f) => needs(f, 'redeliveryOnRetry'),
+    // One partition: with several, each fresh message could be the first of its partition.
+    setup: () => ({ leaseMs: 10_000, partitions: 1 }),
+    timeoutMs: 120_000,
+    async body({ run, t }) {
+      const id = 'released-then-failing';
+      const maxAttempts = 2;
+      await run.publish([{ id, body: {} }]);
+      let holds = 0;
+      for (let cycle = 1; cycle <= 3; cycle++) {
+        const holder = await run.startConsumer({
+          label: `holder-${cycle}`,
+          concurrency: 1,
+          maxAttempts,
+          stopTimeoutMs: 50,
+          handler: async (_message, ctx) => {
+            holds++;
+            // Held until stop()'s deadline aborts it: a release, never a failure.
+            await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+            throw ctx.signal.reason;
+          },
+        });
+        await waitFor(() => holds >= cycle || undefined, {
+          timeoutMs: t(40_000),
+          description: `holder ${cycle} running the message (${run.spy.summary()})`,
+        });
+        await within(holder.stop(), t(20_000), `holder ${cycle} to stop`);
+      }
+      expect(run.spy.countFor('released', id), `releases of ${id}`).toBe(3);
+      expect(run.spy.countFor('failed', id), `failures of ${id} while held`).toBe(0);
+
+      let failingRuns = 0;
+      const failing = await run.startConsumer({
+        label: 'failing',
+        concurrency: 1,
+        maxAttempts,
+        backoff: { initialMs: 50, maxMs: 200 },
+        handler: async () => {
+          failingRuns++;
+          throw new Error('this handler always fails');
+        },
+      });
+      const deadLetter = await waitFor(async () => (await run.setup.deadLetters()).find((d) => d.id === id), {
+        timeoutMs: t(40_000),
+        description: `dead letter of ${id} (${run.spy.summary()})`,
+      });
+      expect(deadLetter.reason, `dead-letter reason of ${id}`).toBe('max-attempts');
+      expect(failingRuns, `runs of ${id} after its releases`).toBe(maxAttempts);
+      await within(failing.stop(), t(20_000), 'the failing consumer to stop');
+
+      // Two fresh messages, one after the other: the first may legitimately be counted
+      // up front (Kafka: the first record of a partition after an assignment; SQS: a poll
+      // the stopped consumer aborted may have taken it). The second is a plain first
+      // delivery and must cost nothing but its marker.
+      await run.startConsumer({ label: 'happy', concurrency: 1, handler: recordEffect(run, 'happy') });
+      for (const fresh of ['fresh-1', 'fresh-2']) {
+        await run.publish([{ id: fresh, body: {} }]);
+        await run.spy.waitFor('processed', byId(fresh), t(30_000));
+      }
+      expect(
+        await run.store.recordAttempt({ consumer: run.consumerName, messageId: 'fresh-2' }),
+        'attempt counter of a message processed on its first delivery (1 = nothing was written before)',
+      ).toBe(1);
+    },
+  },
+  {
+    n: 17,
+    slug: 'crash-loop',
+    title: 'a message that crashes the process every time is dead-lettered with max-attempts',
+    // Catches attempts counted only when a run ends (a crash never ends: the message would
+    // crash every consumer forever) and a crash loop that is dead-lettered without a reason.
+    missing: (f) => needs(f, 'crossProcess'),
+    setup: () => ({ leaseMs: 2_000 }),
+    timeoutMs: 240_000,
+    async body({ run, state, t }) {
+      const { harness, storeHandle } = state;
+      if (!harness.childModule || storeHandle.childConfig === undefined) {
+        throw new HarnessIncompleteError(
+          'childModule',
+          'crossProcess scenarios run a consumer in a child process',
+        );
+      }
+      const id = 'crashes-every-time';
+      const crashes = 3;
+      const maxAttempts = 2;
+      const brokerConfig = JSON.parse(JSON.stringify(run.setup.brokerConfig()));
+      const idStrategy = typeof harness.idStrategy === 'function' ? undefined : harness.idStrategy;
+      await run.publish([{ id, body: {} }]);
+      for (let crash = 1; crash <= crashes; crash++) {
+        const child = startCrashingChild({
+          childModule: harness.childModule,
+          brokerConfig,
+          storeConfig: storeHandle.childConfig,
+          consumer: {
+            name: run.consumerName,
+            concurrency: 1,
+            ...(idStrategy === undefined ? {} : { idStrategy }),
+            maxAttempts: 10,
+            backoff: { initialMs: 100, maxMs: 2000 },
+            handlerTimeoutMs: 60_000,
+          },
+          effectsTable: run.table,
+          crash: { point: 'before-commit', messageId: id },
+          maxLifetimeMs: t(120_000),
+        });
+        run.onEnd(() => child.kill());
+        await child.ready(t(30_000));
+        expect(await child.crashed(t(run.leaseMs * 3 + 40_000)), `crash ${crash}`).toEqual({
+          point: 'before-commit',
+          messageId: id,
+        });
+      }
+      let runs = 0;
+      await run.startConsumer({
+        label: 'survivor',
+        concurrency: 1,
+        maxAttempts,
+        handler: async () => {
+          runs++;
+        },
+      });
+      const deadLetter = await waitFor(async () => (await run.setup.deadLetters()).find((d) => d.id === id), {
+        timeoutMs: t(run.leaseMs * 3 + 40_000),
+        description: `dead letter of ${id} (${run.spy.summary()})`,
+      });
+      expect(deadLetter.reason, `dead-letter reason of ${id}`).toBe('max-attempts');
+      // The first delivery's crash may go uncounted (a first delivery writes nothing up
+      // front), so after 3 crashes at least 2 are on record: past maxAttempts 2.
+      expect(runs, `runs of ${id} in the surviving consumer`).toBe(0);
+      expect(await run.effectsOf(id), 'effect rows').toBe(0);
     },
   },
 ];
