@@ -40,6 +40,7 @@ function storeWith(
     claim: (tx, consumer, ids) => store.claim(tx, consumer, ids),
     savepoint: (tx, work) => store.savepoint(tx, work),
     recordAttempt: (key) => store.recordAttempt(key),
+    forgetAttempt: (key) => store.forgetAttempt(key),
     acquireLease: (key, ms) => store.acquireLease(key, ms),
     renewLease: (key, owner, ms) => store.renewLease(key, owner, ms),
     completeLease: (key, owner, result) => store.completeLease(key, owner, result),
