@@ -467,11 +467,11 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     const key = this.countedRuns.get(delivery);
     if (!key) return;
     this.countedRuns.delete(delivery);
-    await this.store
-      .forgetAttempt(key)
-      .catch((error) =>
-        this.log.warn('could not take back the count of a released run', { ...event, error }),
-      );
+    try {
+      await this.store.forgetAttempt(key);
+    } catch (error) {
+      this.log.warn('could not take back the count of a released run', { ...event, error });
+    }
   }
 
   /** `transactional` and `offsets` modes: marker (or offset) and effect in one transaction. */
