@@ -1,0 +1,2 @@
+// Filled in by the entry-points work (issue 14).
+export {};
