@@ -45,6 +45,7 @@ export type StoreErrorKind =
 /** Outcome of a leased-mode claim. */
 export type LeaseClaim =
   | { status: 'acquired'; owner: string; takeover: boolean; lockedUntil: Date }
+  /** Held by another owner until `lockedUntil`, expressed on this process's clock (the store converts). */
   | { status: 'busy'; lockedUntil: Date }
   | { status: 'completed'; result: unknown };
 

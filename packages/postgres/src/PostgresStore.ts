@@ -516,13 +516,18 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
           };
         // The conflicting row is completed or still held. ON CONFLICT locked it for us,
         // so it cannot change before this read.
-        const existing = await client.query<{ status: string; locked_until: Date | null; result: unknown }>(
-          q.readLease,
-          [key.consumer, key.messageId],
-        );
+        const existing = await client.query<{
+          status: string;
+          locked_until: Date | null;
+          result: unknown;
+          remaining_ms: number | null;
+        }>(q.readLease, [key.consumer, key.messageId]);
         const current = existing.rows[0];
         if (current?.status === 'completed') return { status: 'completed', result: current.result ?? null };
-        if (current) return { status: 'busy', lockedUntil: toDate(current.locked_until) };
+        // On this process's clock: the database's deadline minus the database's now, added
+        // to ours, so a caller waiting until `lockedUntil` is not misled by clock skew.
+        if (current)
+          return { status: 'busy', lockedUntil: new Date(Date.now() + Number(current.remaining_ms ?? 0)) };
         if (attempt >= ACQUIRE_ATTEMPTS)
           throw new Error(`acquireLease: the row of ${key.messageId} kept changing`);
       }

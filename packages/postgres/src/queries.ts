@@ -90,7 +90,11 @@ export function buildQueries(s: string): StoreQueries {
         SET locked_until = EXCLUDED.locked_until, owner = EXCLUDED.owner, result = NULL, processed_at = now()
         WHERE m.status = 'in_progress' AND m.locked_until <= now()
       RETURNING m.locked_until, (m.xmax = 0) AS inserted`,
-    readLease: `SELECT status, locked_until, result FROM ${markers} WHERE consumer = $1 AND message_id = $2`,
+    // remaining_ms: the claim's time left on the database clock, so callers can wait it out
+    // on their own clock without mixing the two.
+    readLease: `SELECT status, locked_until, result,
+        greatest(0, extract(epoch FROM (locked_until - now())) * 1000)::double precision AS remaining_ms
+      FROM ${markers} WHERE consumer = $1 AND message_id = $2`,
     renewLease: `UPDATE ${markers} SET locked_until = now() + $4::double precision ${MS}
       WHERE consumer = $1 AND message_id = $2 AND owner = $3 AND status = 'in_progress'
       RETURNING 1 AS renewed`,

@@ -407,8 +407,14 @@ export function runStoreConformance(
             expect(first.lockedUntil.getTime()).toBeGreaterThan(Date.now() + 10_000);
             const second = await env.store.acquireLease(key, 30_000);
             expect(second.status).toBe('busy');
-            if (second.status === 'busy')
-              expect(second.lockedUntil.getTime()).toBe(first.lockedUntil.getTime());
+            // The busy deadline is on this process's clock (the database's time left added
+            // to our now): within the same server, it agrees with the claim's own deadline
+            // up to the time between the two calls.
+            if (second.status === 'busy') {
+              expect(Math.abs(second.lockedUntil.getTime() - first.lockedUntil.getTime())).toBeLessThan(
+                2_000,
+              );
+            }
           }),
         timeout,
       );
