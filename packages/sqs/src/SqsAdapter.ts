@@ -252,8 +252,10 @@ export class SqsAdapter implements BrokerAdapter {
       const poll = new AbortController();
       this.poll = poll;
       const { signal } = poll;
-      // The 12-hour cap and the first expiry are measured from before the call: SQS
-      // may have started the clock at any point of the long poll.
+      // SQS starts a message's clock when it hands it out, somewhere during the long
+      // poll: the 12-hour cap is counted from before the call (the safe side), the first
+      // expiry from its answer (a message that arrives late in the poll has its whole
+      // visibility left, and the first renewal is scheduled from dispatch).
       const requestedAt = Date.now();
       let messages: SqsMessage[];
       try {
@@ -273,11 +275,12 @@ export class SqsAdapter implements BrokerAdapter {
       } finally {
         if (this.poll === poll) this.poll = undefined;
       }
-      for (const message of messages) this.accept(message, requestedAt);
+      const respondedAt = Date.now();
+      for (const message of messages) this.accept(message, requestedAt, respondedAt);
     }
   }
 
-  private accept(message: SqsMessage, requestedAt: number): void {
+  private accept(message: SqsMessage, requestedAt: number, respondedAt: number): void {
     this.held++;
     this.stats.received++;
     const envelope = toEnvelope(message, {
@@ -288,11 +291,13 @@ export class SqsAdapter implements BrokerAdapter {
       message,
       envelope,
       {
-        changeVisibility: (handle, seconds) => this.counted(this.queue.changeVisibility(handle, seconds)),
+        changeVisibility: (handle, seconds, signal) =>
+          this.counted(this.queue.changeVisibility(handle, seconds, signal)),
         delete: (handle) => this.counted(this.queue.delete(handle)),
         deadLetter: (d, reason, detail) => this.counted(this.deadLetter(d, reason, detail)),
       },
       requestedAt,
+      respondedAt,
       this.visibilityMs,
     );
     this.sequencer.submit(delivery);

@@ -125,7 +125,7 @@ export class SqsQueueClient {
   }
 
   /** Sets the visibility timeout of one receipt handle, counted from now. */
-  async changeVisibility(receiptHandle: string, seconds: number): Promise<void> {
+  async changeVisibility(receiptHandle: string, seconds: number, signal?: AbortSignal): Promise<void> {
     try {
       await this.client.send(
         new ChangeMessageVisibilityCommand({
@@ -133,6 +133,7 @@ export class SqsQueueClient {
           ReceiptHandle: receiptHandle,
           VisibilityTimeout: seconds,
         }),
+        { abortSignal: signal },
       );
     } catch (error) {
       throw toSettlementError('ChangeMessageVisibility', error);
