@@ -277,6 +277,10 @@ export class SqsAdapter implements BrokerAdapter {
       }
       const respondedAt = Date.now();
       for (const message of messages) this.accept(message, requestedAt, respondedAt);
+      // Nothing there: pause before asking again (a short poll would otherwise spin).
+      if (messages.length === 0 && this.settings.pollingWaitTimeMs > 0) {
+        await sleep(this.settings.pollingWaitTimeMs, runtime.stopping);
+      }
     }
   }
 

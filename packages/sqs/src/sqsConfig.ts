@@ -4,6 +4,10 @@ import { ConfigError } from '@oncely/core';
 /** SQS allows a visibility timeout of at most 12 hours (43,200 s). */
 export const MAX_VISIBILITY_MS = 43_200_000;
 
+/** Pause after an empty short poll (`waitTimeSeconds: 0`) when `pollingWaitTimeMs` is not set. */
+const DEFAULT_SHORT_POLL_PAUSE_MS = 1000;
+const MAX_POLLING_WAIT_MS = 3_600_000;
+
 /**
  * The `broker` section of a consumer config for Amazon SQS.
  *
@@ -40,6 +44,13 @@ export interface SqsBrokerConfig {
   visibilityTimeoutMs?: number;
   /** Long-poll wait per ReceiveMessage call, 0 to 20. @default 20 */
   waitTimeSeconds?: number;
+  /**
+   * Pause after a ReceiveMessage call that returned nothing, before the next one
+   * (sqs-consumer's option of the same name). 0 to 3600000. Without it, short polling
+   * (`waitTimeSeconds: 0`) on an empty queue would call SQS in a tight loop.
+   * @default 1000 when `waitTimeSeconds` is 0, else 0 (the long poll already waited)
+   */
+  pollingWaitTimeMs?: number;
   /** Most messages per ReceiveMessage call, 1 to 10 (also bounded by free handler slots). @default 10 */
   maxMessages?: number;
   /**
@@ -58,6 +69,7 @@ export interface SqsSettings {
   credentials?: SQSClientConfig['credentials'];
   visibilityTimeoutMs?: number;
   waitTimeSeconds: number;
+  pollingWaitTimeMs: number;
   maxMessages: number;
   deadLetterQueueUrl?: string;
 }
@@ -71,6 +83,7 @@ const KNOWN_OPTIONS = new Set([
   'credentials',
   'visibilityTimeoutMs',
   'waitTimeSeconds',
+  'pollingWaitTimeMs',
   'maxMessages',
   'deadLetterQueueUrl',
 ]);
@@ -148,6 +161,9 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     'broker.visibilityTimeoutMs',
   );
   const waitTimeSeconds = integer(broker.waitTimeSeconds, 0, 20, 'broker.waitTimeSeconds') ?? 20;
+  const pollingWaitTimeMs =
+    integer(broker.pollingWaitTimeMs, 0, MAX_POLLING_WAIT_MS, 'broker.pollingWaitTimeMs') ??
+    (waitTimeSeconds === 0 ? DEFAULT_SHORT_POLL_PAUSE_MS : 0);
   const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages') ?? 10;
   return {
     queueUrl,
@@ -159,6 +175,7 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     visibilityTimeoutMs:
       visibilityTimeoutMs === undefined ? undefined : Math.ceil(visibilityTimeoutMs / 1000) * 1000,
     waitTimeSeconds,
+    pollingWaitTimeMs,
     maxMessages,
     deadLetterQueueUrl,
   };

@@ -23,6 +23,17 @@ describe('parseSqsConfig', () => {
     expect(regionFromQueueUrl('http://sqs.us-east-1.localhost:4566/000000000000/q')).toBe('us-east-1');
   });
 
+  it('pauses 1 s after an empty short poll by default, not after an empty long poll', () => {
+    expect(parseSqsConfig({ type: 'sqs', queueUrl }).pollingWaitTimeMs).toBe(0);
+    expect(parseSqsConfig({ type: 'sqs', queueUrl, waitTimeSeconds: 0 }).pollingWaitTimeMs).toBe(1000);
+    expect(
+      parseSqsConfig({ type: 'sqs', queueUrl, waitTimeSeconds: 0, pollingWaitTimeMs: 0 }).pollingWaitTimeMs,
+    ).toBe(0);
+    expect(fieldOf(() => parseSqsConfig({ type: 'sqs', queueUrl, pollingWaitTimeMs: -1 }))).toBe(
+      'broker.pollingWaitTimeMs',
+    );
+  });
+
   it('rounds the visibility timeout up to whole seconds', () => {
     expect(parseSqsConfig({ type: 'sqs', queueUrl, visibilityTimeoutMs: 1500 }).visibilityTimeoutMs).toBe(
       2000,
