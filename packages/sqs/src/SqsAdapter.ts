@@ -196,8 +196,9 @@ export class SqsAdapter implements BrokerAdapter {
       this.settings.visibilityTimeoutMs ??
       (facts.visibilityTimeoutMs >= 1000 ? facts.visibilityTimeoutMs : FALLBACK_VISIBILITY_MS);
     this.route = await this.resolveDeadLetterRoute(facts);
-    // One listener for the consumer's lifetime (not one per poll): stop ends the long poll at once.
-    runtime.stopping.addEventListener('abort', () => this.poll?.abort(), { once: true });
+    // One listener for the consumer's lifetime (not one per poll). By default the running
+    // poll is left to answer (see stop()); with abortPollOnStop it is ended at once.
+    runtime.stopping.addEventListener('abort', () => this.abortPollIfAsked(), { once: true });
     const { maxAttempts } = this.options;
     if (facts.redrive && maxAttempts !== undefined && facts.redrive.maxReceiveCount <= maxAttempts) {
       this.log.warn(
@@ -216,15 +217,23 @@ export class SqsAdapter implements BrokerAdapter {
   // what it returns goes to the core, which holds and then releases it properly.
 
   /**
-   * Stop: aborts the long poll at once (runtime.stopping). Messages SQS handed to that
-   * aborted request come back after the visibility timeout; messages received but not yet
-   * dispatched (FIFO messages waiting for their group) are released now.
+   * Stop: no new poll starts. The running one is left to answer (at most
+   * `waitTimeSeconds`) and what it returns is released (visibility 0): a long poll the
+   * client abandons keeps waiting on the server, which does not notice the closed
+   * connection, and a message it hands out then would stay invisible for a whole
+   * visibility timeout. With `abortPollOnStop` the poll is aborted at once instead, at
+   * that risk. Messages received but not yet dispatched (FIFO messages waiting for their
+   * group) are released now.
    */
   async stop(): Promise<void> {
-    this.poll?.abort();
+    this.abortPollIfAsked();
     this.wakeCapacityWaiters();
     await this.loop;
     await this.sequencer.releaseWaiting();
+  }
+
+  private abortPollIfAsked(): void {
+    if (this.settings.abortPollOnStop) this.poll?.abort();
   }
 
   async close(): Promise<void> {
@@ -276,12 +285,33 @@ export class SqsAdapter implements BrokerAdapter {
         if (this.poll === poll) this.poll = undefined;
       }
       const respondedAt = Date.now();
+      if (runtime.stopping.aborted) {
+        // Answered after stop() began: give it all back now rather than hold it a visibility.
+        await this.releaseUnaccepted(messages);
+        return;
+      }
       for (const message of messages) this.accept(message, requestedAt, respondedAt);
       // Nothing there: pause before asking again (a short poll would otherwise spin).
       if (messages.length === 0 && this.settings.pollingWaitTimeMs > 0) {
         await sleep(this.settings.pollingWaitTimeMs, runtime.stopping);
       }
     }
+  }
+
+  private async releaseUnaccepted(messages: SqsMessage[]): Promise<void> {
+    await Promise.all(
+      messages.map((message) =>
+        this.queue.changeVisibility(message.ReceiptHandle ?? '', 0).catch((error) => {
+          this.log.warn(
+            'sqs: could not release a message received while stopping; it returns after its visibility timeout',
+            {
+              error,
+              brokerMessageId: message.MessageId,
+            },
+          );
+        }),
+      ),
+    );
   }
 
   private accept(message: SqsMessage, requestedAt: number, respondedAt: number): void {
@@ -394,7 +424,7 @@ export class SqsAdapter implements BrokerAdapter {
         await this.queue.sendTo({
           QueueUrl: route.url,
           MessageBody: message.Body ?? '',
-          MessageAttributes: deadLetterAttributes(message, reason, detail),
+          MessageAttributes: this.deadLetterCopyAttributes(message, reason, detail),
           ...(route.fifo
             ? {
                 MessageGroupId: delivery.envelope.orderingKey ?? 'oncely-dead-letter',
@@ -410,15 +440,22 @@ export class SqsAdapter implements BrokerAdapter {
         await this.queue.deleteNow(delivery.receiptHandle);
         return;
       }
-      case 'native-redrive':
-        // SQS moves it once ApproximateReceiveCount passes maxReceiveCount.
-        this.log.warn(`sqs: leaving the message to SQS's redrive (after ${route.maxReceiveCount} receives)`, {
-          reason,
-          detail,
-          brokerMessageId: delivery.message.MessageId,
-        });
-        await this.queue.changeVisibility(delivery.receiptHandle, 0);
+      case 'native-redrive': {
+        // SQS moves it once ApproximateReceiveCount passes maxReceiveCount, which takes one
+        // more receive per count. Visibility 0 would spin it through those receives (and
+        // this consumer's store) at once; a visibility timeout per receive paces them like
+        // a consumer that crashed on it.
+        const seconds = Math.max(
+          0,
+          Math.min(Math.ceil(this.visibilityMs / 1000), delivery.secondsLeftUnderCap()),
+        );
+        this.log.warn(
+          `sqs: leaving the message to SQS's redrive (after ${route.maxReceiveCount} receives, one every ${seconds} s)`,
+          { reason, detail, brokerMessageId: delivery.message.MessageId },
+        );
+        await this.queue.changeVisibility(delivery.receiptHandle, seconds);
         return;
+      }
       case 'none': {
         // Park it as long as SQS allows: never processed unprotected, never dropped.
         const seconds = Math.max(
@@ -432,36 +469,58 @@ export class SqsAdapter implements BrokerAdapter {
       }
     }
   }
+
+  /** {@link deadLetterAttributes}, with a warning when the reason did not fit. */
+  private deadLetterCopyAttributes(
+    message: SqsMessage,
+    reason: DeadLetterReason,
+    detail: string,
+  ): Record<string, MessageAttributeValue> {
+    const attributes = deadLetterAttributes(message, reason, detail);
+    if (attributes[DEAD_LETTER_ATTRIBUTES.reason]?.StringValue !== reason) {
+      this.log.warn(
+        `sqs: the dead-lettered copy keeps the message's own ${MAX_MESSAGE_ATTRIBUTES} attributes (SQS's limit), so it carries no ${DEAD_LETTER_ATTRIBUTES.reason}`,
+        { reason, detail, brokerMessageId: message.MessageId },
+      );
+    }
+    return attributes;
+  }
 }
 
 /**
- * The dead-lettered copy's attributes: the reason first, then the original attributes
- * (so the message keeps its ID), then the detail and the source MessageId while there
- * is room under SQS's limit of 10.
+ * The dead-lettered copy's attributes: every original attribute (SQS allows 10, so
+ * the copy always keeps them all, its `message-id` included, and replays as the same
+ * message), then, while there is room under that limit, the reason, the detail and the
+ * source MessageId. An original attribute named like one of Oncely's keeps its value.
+ *
+ * @example
+ * ```ts
+ * const attributes = deadLetterAttributes(message, 'max-attempts', 'boom');
+ * const reasonKept = DEAD_LETTER_ATTRIBUTES.reason in attributes; // false when the original had 10
+ * ```
  */
 export function deadLetterAttributes(
   message: SqsMessage,
   reason: DeadLetterReason,
   detail: string,
 ): Record<string, MessageAttributeValue> {
-  const attributes: Record<string, MessageAttributeValue> = {
-    [DEAD_LETTER_ATTRIBUTES.reason]: { DataType: 'String', StringValue: reason },
-  };
-  const room = () => Object.keys(attributes).length < MAX_MESSAGE_ATTRIBUTES;
+  const attributes: Record<string, MessageAttributeValue> = {};
   for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
-    if (!room()) break;
-    if (name in attributes) continue;
     attributes[name] = {
       DataType: value.DataType,
       StringValue: value.StringValue,
       BinaryValue: value.BinaryValue,
     };
   }
+  const room = () => Object.keys(attributes).length < MAX_MESSAGE_ATTRIBUTES;
+  if (room() && !(DEAD_LETTER_ATTRIBUTES.reason in attributes)) {
+    attributes[DEAD_LETTER_ATTRIBUTES.reason] = { DataType: 'String', StringValue: reason };
+  }
   const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
-  if (room() && trimmed !== '') {
+  if (room() && trimmed !== '' && !(DEAD_LETTER_ATTRIBUTES.detail in attributes)) {
     attributes[DEAD_LETTER_ATTRIBUTES.detail] = { DataType: 'String', StringValue: trimmed };
   }
-  if (room() && message.MessageId) {
+  if (room() && message.MessageId && !(DEAD_LETTER_ATTRIBUTES.sourceMessageId in attributes)) {
     attributes[DEAD_LETTER_ATTRIBUTES.sourceMessageId] = {
       DataType: 'String',
       StringValue: message.MessageId,

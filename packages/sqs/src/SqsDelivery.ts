@@ -167,7 +167,7 @@ export class SqsDelivery implements Delivery {
   }
 
   /** Whole seconds of visibility still allowed under the 12-hour cap. */
-  private secondsLeftUnderCap(): number {
+  secondsLeftUnderCap(): number {
     return Math.floor((this.receivedAt + MAX_TOTAL_VISIBILITY_MS - CAP_MARGIN_MS - Date.now()) / 1000);
   }
 }

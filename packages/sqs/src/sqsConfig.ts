@@ -54,6 +54,14 @@ export interface SqsBrokerConfig {
   /** Most messages per ReceiveMessage call, 1 to 10 (also bounded by free handler slots). @default 10 */
   maxMessages?: number;
   /**
+   * What `stop()` does with a long poll in progress. `false`: it is left to answer (at
+   * most `waitTimeSeconds`) and what it returns is released at once (visibility 0).
+   * `true`: it is aborted at once; a message SQS hands to the abandoned request stays
+   * invisible for a whole visibility timeout (the server does not notice the closed
+   * connection). @default false
+   */
+  abortPollOnStop?: boolean;
+  /**
    * Queue that receives dead-lettered messages (explicit send with the reason as a
    * message attribute, then delete). @default the target of the queue's RedrivePolicy, if any
    */
@@ -70,6 +78,7 @@ export interface SqsSettings {
   visibilityTimeoutMs?: number;
   waitTimeSeconds: number;
   pollingWaitTimeMs: number;
+  abortPollOnStop: boolean;
   maxMessages: number;
   deadLetterQueueUrl?: string;
 }
@@ -84,6 +93,7 @@ const KNOWN_OPTIONS = new Set([
   'visibilityTimeoutMs',
   'waitTimeSeconds',
   'pollingWaitTimeMs',
+  'abortPollOnStop',
   'maxMessages',
   'deadLetterQueueUrl',
 ]);
@@ -165,6 +175,7 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     integer(broker.pollingWaitTimeMs, 0, MAX_POLLING_WAIT_MS, 'broker.pollingWaitTimeMs') ??
     (waitTimeSeconds === 0 ? DEFAULT_SHORT_POLL_PAUSE_MS : 0);
   const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages') ?? 10;
+  const abortPollOnStop = boolean(broker.abortPollOnStop, 'broker.abortPollOnStop') ?? false;
   return {
     queueUrl,
     client: client as SQSClient | undefined,
@@ -176,6 +187,7 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
       visibilityTimeoutMs === undefined ? undefined : Math.ceil(visibilityTimeoutMs / 1000) * 1000,
     waitTimeSeconds,
     pollingWaitTimeMs,
+    abortPollOnStop,
     maxMessages,
     deadLetterQueueUrl,
   };
@@ -208,6 +220,12 @@ function integer(value: unknown, min: number, max: number, field: string): numbe
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${show(value)}`);
   }
+  return value;
+}
+
+function boolean(value: unknown, field: string): boolean | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'boolean') throw new ConfigError(field, `must be true or false, got ${show(value)}`);
   return value;
 }
 
