@@ -129,6 +129,8 @@ export class SqsAdapter implements BrokerAdapter {
   private readonly log: Logger;
   private readonly sequencer: GroupSequencer<SqsDelivery>;
   private visibilityMs: number;
+  /** Per ReceiveMessage call; decided at start, when the queue's type is known. */
+  private maxMessages = 10;
   private queueFacts: QueueFacts | undefined;
   private route: DeadLetterRoute = { kind: 'none' };
   private runtime: AdapterRuntime | undefined;
@@ -195,6 +197,7 @@ export class SqsAdapter implements BrokerAdapter {
     this.visibilityMs =
       this.settings.visibilityTimeoutMs ??
       (facts.visibilityTimeoutMs >= 1000 ? facts.visibilityTimeoutMs : FALLBACK_VISIBILITY_MS);
+    this.maxMessages = this.settings.maxMessages ?? (facts.fifo ? 1 : 10);
     this.route = await this.resolveDeadLetterRoute(facts);
     // One listener for the consumer's lifetime (not one per poll). By default the running
     // poll is left to answer (see stop()); with abortPollOnStop it is ended at once.
@@ -257,7 +260,7 @@ export class SqsAdapter implements BrokerAdapter {
         await this.capacityFreed(runtime.stopping);
         continue;
       }
-      const max = Math.min(this.settings.maxMessages, free, room);
+      const max = Math.min(this.maxMessages, free, room);
       const poll = new AbortController();
       this.poll = poll;
       const { signal } = poll;

@@ -51,7 +51,15 @@ export interface SqsBrokerConfig {
    * @default 1000 when `waitTimeSeconds` is 0, else 0 (the long poll already waited)
    */
   pollingWaitTimeMs?: number;
-  /** Most messages per ReceiveMessage call, 1 to 10 (also bounded by free handler slots). @default 10 */
+  /**
+   * Most messages per ReceiveMessage call, 1 to 10 (also bounded by free handler slots).
+   * On a FIFO queue the default is 1: SQS can return several messages of one group in
+   * one receive, and when the first of them is retried the others cannot be held (SQS
+   * blocks the group while any of its messages is in flight, so the retried one would
+   * not come back): they are released and received again, one more
+   * `ApproximateReceiveCount` each time. Set it higher for throughput and accept that.
+   * @default 10 on a standard queue, 1 on a FIFO queue
+   */
   maxMessages?: number;
   /**
    * What `stop()` does with a long poll in progress. `false`: it is left to answer (at
@@ -79,7 +87,8 @@ export interface SqsSettings {
   waitTimeSeconds: number;
   pollingWaitTimeMs: number;
   abortPollOnStop: boolean;
-  maxMessages: number;
+  /** Undefined: the default for the queue's type, decided at start. */
+  maxMessages?: number;
   deadLetterQueueUrl?: string;
 }
 
@@ -174,7 +183,7 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
   const pollingWaitTimeMs =
     integer(broker.pollingWaitTimeMs, 0, MAX_POLLING_WAIT_MS, 'broker.pollingWaitTimeMs') ??
     (waitTimeSeconds === 0 ? DEFAULT_SHORT_POLL_PAUSE_MS : 0);
-  const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages') ?? 10;
+  const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages');
   const abortPollOnStop = boolean(broker.abortPollOnStop, 'broker.abortPollOnStop') ?? false;
   return {
     queueUrl,

@@ -18,7 +18,9 @@ function fieldOf(fn: () => unknown): string | undefined {
 describe('parseSqsConfig', () => {
   it('fills in defaults and takes the region from the queue URL', () => {
     const settings = parseSqsConfig({ type: 'sqs', queueUrl });
-    expect(settings).toMatchObject({ queueUrl, waitTimeSeconds: 20, maxMessages: 10, region: 'eu-west-1' });
+    expect(settings).toMatchObject({ queueUrl, waitTimeSeconds: 20, region: 'eu-west-1' });
+    // Decided at start from the queue's type (10 standard, 1 FIFO).
+    expect(settings.maxMessages).toBeUndefined();
     expect(settings.visibilityTimeoutMs).toBeUndefined();
     expect(regionFromQueueUrl('http://sqs.us-east-1.localhost:4566/000000000000/q')).toBe('us-east-1');
   });
