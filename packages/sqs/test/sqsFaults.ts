@@ -14,6 +14,8 @@ export interface FaultyClient {
   callTimes(command: string): number[];
   /** The next `times` calls of `command` fail with an SQS error of code `code`. */
   failNext(command: string, times: number, code?: string): void;
+  /** The next `times` calls of `command` reach fauxqs, but their answer is replaced by an error (a lost response). */
+  loseResponseOfNext(command: string, times: number, code?: string): void;
   /** Calls of `command` that were failed on purpose. */
   injected(command: string): number;
   /** Runs `hook` when `command` is sent (before it is passed on). */
@@ -26,6 +28,7 @@ export function faultyClient(endpoint: string): FaultyClient {
   const calls = new Map<string, number>();
   const times = new Map<string, number[]>();
   const failures = new Map<string, { left: number; code: string }>();
+  const lostResponses = new Map<string, { left: number; code: string }>();
   const injected = new Map<string, number>();
   const hooks = new Map<string, Array<(input: Record<string, unknown>) => void | Promise<void>>>();
   client.middlewareStack.add(
@@ -46,7 +49,19 @@ export function faultyClient(endpoint: string): FaultyClient {
           message: `injected ${failure.code}`,
         });
       }
-      return next(args);
+      const result = await next(args);
+      const lost = lostResponses.get(name);
+      if (lost && lost.left > 0) {
+        lost.left--;
+        injected.set(name, (injected.get(name) ?? 0) + 1);
+        throw new SQSServiceException({
+          name: lost.code,
+          $fault: 'server',
+          $metadata: { httpStatusCode: 500 },
+          message: `injected ${lost.code} after the call went through`,
+        });
+      }
+      return result;
     },
     { step: 'initialize', name: 'oncelyFaults' },
   );
@@ -56,6 +71,9 @@ export function faultyClient(endpoint: string): FaultyClient {
     callTimes: (command) => times.get(command) ?? [],
     failNext(command, count, code = 'RequestThrottled') {
       failures.set(command, { left: count, code });
+    },
+    loseResponseOfNext(command, count, code = 'InternalError') {
+      lostResponses.set(command, { left: count, code });
     },
     injected: (command) => injected.get(command) ?? 0,
     onCall(command, hook) {
