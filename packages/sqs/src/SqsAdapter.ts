@@ -13,7 +13,7 @@ import {
 import { GroupSequencer } from './GroupSequencer.js';
 import { MAX_TOTAL_VISIBILITY_MS, SqsDelivery } from './SqsDelivery.js';
 import { type QueueFacts, SqsQueueClient } from './SqsQueueClient.js';
-import { parseSqsConfig, type SqsSettings } from './sqsConfig.js';
+import { checkHeartbeat, parseSqsConfig, type SqsSettings } from './sqsConfig.js';
 import { toEnvelope } from './toEnvelope.js';
 
 /** Visibility used when neither the config nor the queue gives a usable one (the SQS default). */
@@ -166,6 +166,7 @@ export class SqsAdapter implements BrokerAdapter {
       dispatch: (delivery) => this.runtime!.dispatch(delivery),
       onDone: () => this.releaseSlot(),
       extendByMs: () => this.visibilityMs,
+      heartbeatIntervalMs: () => this.heartbeatMs,
       log: this.log,
     });
   }
@@ -174,9 +175,18 @@ export class SqsAdapter implements BrokerAdapter {
    * Each heartbeat sets the visibility to `visibilityTimeoutMs` from the call; the keeper
    * stops at SQS's 12-hour total per receipt (the delivery also enforces the cap from
    * its own receipt time, which can be earlier than dispatch on FIFO queues).
+   *
+   * The core's keeper renews every `extendByMs / 2`, so `extendByMs` is declared as twice
+   * `heartbeatIntervalMs` (by default that is the visibility timeout). The delivery pushes
+   * the visibility by at least `visibilityTimeoutMs` whatever it is asked for.
    */
   get lease(): AdapterLease {
-    return { extendByMs: this.visibilityMs, maxTotalMs: MAX_TOTAL_VISIBILITY_MS };
+    return { extendByMs: 2 * this.heartbeatMs, maxTotalMs: MAX_TOTAL_VISIBILITY_MS };
+  }
+
+  /** How often held messages' visibility is renewed. */
+  private get heartbeatMs(): number {
+    return this.settings.heartbeatIntervalMs ?? this.visibilityMs / 2;
   }
 
   /** The dead-letter path chosen at start. */
@@ -197,6 +207,9 @@ export class SqsAdapter implements BrokerAdapter {
     this.visibilityMs =
       this.settings.visibilityTimeoutMs ??
       (facts.visibilityTimeoutMs >= 1000 ? facts.visibilityTimeoutMs : FALLBACK_VISIBILITY_MS);
+    if (this.settings.heartbeatIntervalMs !== undefined) {
+      checkHeartbeat(this.settings.heartbeatIntervalMs, this.visibilityMs);
+    }
     this.maxMessages = this.settings.maxMessages ?? (facts.fifo ? 1 : 10);
     this.route = await this.resolveDeadLetterRoute(facts);
     // One listener for the consumer's lifetime (not one per poll). By default the running
@@ -328,8 +341,9 @@ export class SqsAdapter implements BrokerAdapter {
       message,
       envelope,
       {
-        changeVisibility: (handle, seconds, signal) =>
-          this.counted(this.queue.changeVisibility(handle, seconds, signal)),
+        changeVisibility: (handle, seconds) => this.counted(this.queue.changeVisibility(handle, seconds)),
+        renewVisibility: (handle, seconds, signal) =>
+          this.counted(this.queue.renewVisibility(handle, seconds, signal)),
         delete: (handle) => this.counted(this.queue.delete(handle)),
         deadLetter: (d, reason, detail) => this.counted(this.deadLetter(d, reason, detail)),
       },

@@ -30,7 +30,9 @@ const RENEW_DEADLINE_MARGIN_MS = 1_000;
 
 /** What a delivery needs from its adapter to settle. */
 export interface DeliverySettler {
-  changeVisibility(receiptHandle: string, seconds: number, signal?: AbortSignal): Promise<void>;
+  changeVisibility(receiptHandle: string, seconds: number): Promise<void>;
+  /** A heartbeat: may be batched with others. */
+  renewVisibility(receiptHandle: string, seconds: number, signal?: AbortSignal): Promise<void>;
   delete(receiptHandle: string): Promise<void>;
   deadLetter(delivery: SqsDelivery, reason: DeadLetterReason, detail: string): Promise<void>;
 }
@@ -137,13 +139,15 @@ export class SqsDelivery implements Delivery {
       if (left <= 0) {
         throw new LeaseLostError("SQS's 12-hour total visibility limit for this receipt is reached");
       }
-      const seconds = Math.min(Math.ceil(ms / 1000), left);
+      // At least the visibility timeout: with heartbeatIntervalMs the keeper asks for
+      // twice the interval, which may be less.
+      const seconds = Math.min(Math.ceil(Math.max(ms, this.visibilityMs) / 1000), left);
       const deadline = this.expiresAt - Math.min(RENEW_DEADLINE_MARGIN_MS, this.visibilityMs / 10);
       const calledAt = Date.now();
       try {
         // A call still unanswered when the visibility runs out is of no use: give up on it then.
         const signal = AbortSignal.timeout(Math.max(1, this.expiresAt - calledAt));
-        await this.settler.changeVisibility(this.receiptHandle, seconds, signal);
+        await this.settler.renewVisibility(this.receiptHandle, seconds, signal);
         // Counted from the call: the server saw it no earlier than calledAt.
         this.expiresAt = calledAt + seconds * 1000;
         return;

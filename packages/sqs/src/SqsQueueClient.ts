@@ -1,4 +1,5 @@
 import {
+  ChangeMessageVisibilityBatchCommand,
   ChangeMessageVisibilityCommand,
   DeleteMessageBatchCommand,
   DeleteMessageCommand,
@@ -16,6 +17,12 @@ import { isQueueMissingError, toSettlementError } from './errors.js';
 
 /** How long acks wait for company before one DeleteMessageBatch goes out. */
 export const DELETE_BATCH_WINDOW_MS = 5;
+
+/**
+ * How long a visibility renewal waits for company before it goes out: the heartbeats of
+ * messages received together fall due together, and share one ChangeMessageVisibilityBatch.
+ */
+export const RENEW_BATCH_WINDOW_MS = 5;
 
 /** SQS accepts at most 10 entries per batch call. */
 const BATCH_LIMIT = 10;
@@ -52,6 +59,11 @@ interface PendingDelete {
   reject(error: Error): void;
 }
 
+interface PendingRenewal extends PendingDelete {
+  seconds: number;
+  signal?: AbortSignal;
+}
+
 /**
  * One queue's calls, with settlement errors mapped for the core: stale receipt handles
  * become `LeaseLostError`, everything else `SqsOperationError`. Deletes are batched: acks
@@ -68,6 +80,8 @@ interface PendingDelete {
 export class SqsQueueClient {
   private pending: PendingDelete[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private renewals: PendingRenewal[] = [];
+  private renewTimer: NodeJS.Timeout | undefined;
   private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
@@ -140,6 +154,55 @@ export class SqsQueueClient {
     }
   }
 
+  /**
+   * Renews one receipt's visibility (a heartbeat). Renewals arriving within a few
+   * milliseconds of each other share one ChangeMessageVisibilityBatch (10 entries at most);
+   * a lone one goes out as a plain ChangeMessageVisibility. A per-entry `Failed[]` result
+   * rejects only that renewal (stale handle: `LeaseLostError`).
+   */
+  renewVisibility(receiptHandle: string, seconds: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.renewals.push({ receiptHandle, seconds, signal, resolve, reject });
+      if (this.renewals.length >= BATCH_LIMIT) this.flushRenewals();
+      else this.renewTimer ??= setTimeout(() => this.flushRenewals(), RENEW_BATCH_WINDOW_MS);
+    });
+  }
+
+  private flushRenewals(): void {
+    clearTimeout(this.renewTimer);
+    this.renewTimer = undefined;
+    while (this.renewals.length > 0) {
+      const batch = this.renewals.splice(0, BATCH_LIMIT);
+      if (batch.length === 1) {
+        const [one] = batch as [PendingRenewal];
+        this.changeVisibility(one.receiptHandle, one.seconds, one.signal).then(one.resolve, one.reject);
+      } else {
+        void this.renewBatch(batch);
+      }
+    }
+  }
+
+  private async renewBatch(batch: PendingRenewal[]): Promise<void> {
+    try {
+      const out = await this.client.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((entry, index) => ({
+            Id: String(index),
+            ReceiptHandle: entry.receiptHandle,
+            VisibilityTimeout: entry.seconds,
+          })),
+        }),
+        // Given up only when every entry has given up.
+        { abortSignal: anySignal(batch.map((entry) => entry.signal)) },
+      );
+      settleEntries('ChangeMessageVisibilityBatch', batch, out);
+    } catch (error) {
+      const mapped = toSettlementError('ChangeMessageVisibilityBatch', error);
+      for (const entry of batch) entry.reject(mapped);
+    }
+  }
+
   /** Sends a message to another queue (the dead-letter queue). */
   async sendTo(input: SendMessageCommandInput): Promise<void> {
     try {
@@ -171,6 +234,7 @@ export class SqsQueueClient {
 
   /** Sends every waiting delete now and waits for all deletes in flight. */
   async drain(): Promise<void> {
+    this.flushRenewals();
     this.flush();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
@@ -194,26 +258,51 @@ export class SqsQueueClient {
           Entries: batch.map((entry, index) => ({ Id: String(index), ReceiptHandle: entry.receiptHandle })),
         }),
       );
-      const failed = new Map((out.Failed ?? []).map((entry) => [entry.Id, entry]));
-      const succeeded = new Set((out.Successful ?? []).map((entry) => entry.Id));
-      batch.forEach((entry, index) => {
-        const failure = failed.get(String(index));
-        if (failure) entry.reject(toSettlementError('DeleteMessageBatch', failure));
-        else if (succeeded.has(String(index))) entry.resolve();
-        else {
-          entry.reject(
-            toSettlementError('DeleteMessageBatch', {
-              Code: 'MissingResult',
-              Message: 'entry neither succeeded nor failed',
-            }),
-          );
-        }
-      });
+      settleEntries('DeleteMessageBatch', batch, out);
     } catch (error) {
       const mapped = toSettlementError('DeleteMessageBatch', error);
       for (const entry of batch) entry.reject(mapped);
     }
   }
+}
+
+/** Resolves or rejects each entry of a batch call from its per-entry results. */
+function settleEntries(
+  operation: string,
+  batch: PendingDelete[],
+  out: {
+    Failed?: Array<{ Id?: string; Code?: string; Message?: string }>;
+    Successful?: Array<{ Id?: string }>;
+  },
+): void {
+  const failed = new Map((out.Failed ?? []).map((entry) => [entry.Id, entry]));
+  const succeeded = new Set((out.Successful ?? []).map((entry) => entry.Id));
+  batch.forEach((entry, index) => {
+    const failure = failed.get(String(index));
+    if (failure) entry.reject(toSettlementError(operation, failure));
+    else if (succeeded.has(String(index))) entry.resolve();
+    else {
+      entry.reject(
+        toSettlementError(operation, {
+          Code: 'MissingResult',
+          Message: 'entry neither succeeded nor failed',
+        }),
+      );
+    }
+  });
+}
+
+/** Aborts once every given signal has aborted; undefined when any entry has none. */
+function anySignal(signals: Array<AbortSignal | undefined>): AbortSignal | undefined {
+  if (signals.some((signal) => signal === undefined)) return undefined;
+  const controller = new AbortController();
+  const all = signals as AbortSignal[];
+  const check = () => {
+    if (all.every((signal) => signal.aborted)) controller.abort();
+  };
+  for (const signal of all) signal.addEventListener('abort', check, { once: true });
+  check();
+  return controller.signal;
 }
 
 /** Interprets GetQueueAttributes output. */

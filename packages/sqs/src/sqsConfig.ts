@@ -42,6 +42,13 @@ export interface SqsBrokerConfig {
    * @default the queue's own VisibilityTimeout attribute
    */
   visibilityTimeoutMs?: number;
+  /**
+   * How often a held message's visibility is renewed (ChangeMessageVisibility, which
+   * counts from the call), 100 up to below the visibility timeout. Each renewal sets the
+   * visibility to `visibilityTimeoutMs` again (or to twice this interval, if longer).
+   * @default half the visibility timeout
+   */
+  heartbeatIntervalMs?: number;
   /** Long-poll wait per ReceiveMessage call, 0 to 20. @default 20 */
   waitTimeSeconds?: number;
   /**
@@ -84,6 +91,7 @@ export interface SqsSettings {
   region?: string;
   credentials?: SQSClientConfig['credentials'];
   visibilityTimeoutMs?: number;
+  heartbeatIntervalMs?: number;
   waitTimeSeconds: number;
   pollingWaitTimeMs: number;
   abortPollOnStop: boolean;
@@ -100,6 +108,7 @@ const KNOWN_OPTIONS = new Set([
   'region',
   'credentials',
   'visibilityTimeoutMs',
+  'heartbeatIntervalMs',
   'waitTimeSeconds',
   'pollingWaitTimeMs',
   'abortPollOnStop',
@@ -179,6 +188,17 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     MAX_VISIBILITY_MS,
     'broker.visibilityTimeoutMs',
   );
+  const heartbeatIntervalMs = integer(
+    broker.heartbeatIntervalMs,
+    100,
+    MAX_VISIBILITY_MS - 1,
+    'broker.heartbeatIntervalMs',
+  );
+  const roundedVisibility =
+    visibilityTimeoutMs === undefined ? undefined : Math.ceil(visibilityTimeoutMs / 1000) * 1000;
+  if (heartbeatIntervalMs !== undefined && roundedVisibility !== undefined) {
+    checkHeartbeat(heartbeatIntervalMs, roundedVisibility);
+  }
   const waitTimeSeconds = integer(broker.waitTimeSeconds, 0, 20, 'broker.waitTimeSeconds') ?? 20;
   const pollingWaitTimeMs =
     integer(broker.pollingWaitTimeMs, 0, MAX_POLLING_WAIT_MS, 'broker.pollingWaitTimeMs') ??
@@ -192,14 +212,32 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     region: (region as string | undefined) ?? (client ? undefined : regionFromQueueUrl(queueUrl)),
     credentials: credentials as SQSClientConfig['credentials'],
     // SQS takes whole seconds; rounding up keeps the declared lease honest.
-    visibilityTimeoutMs:
-      visibilityTimeoutMs === undefined ? undefined : Math.ceil(visibilityTimeoutMs / 1000) * 1000,
+    visibilityTimeoutMs: roundedVisibility,
+    heartbeatIntervalMs,
     waitTimeSeconds,
     pollingWaitTimeMs,
     abortPollOnStop,
     maxMessages,
     deadLetterQueueUrl,
   };
+}
+
+/**
+ * A renewal must come before the visibility runs out (sqs-consumer's rule too). Checked
+ * at parse time when `visibilityTimeoutMs` is given, else at start against the queue's.
+ *
+ * @example
+ * ```ts
+ * checkHeartbeat(10_000, 30_000); // fine; checkHeartbeat(30_000, 30_000) throws ConfigError
+ * ```
+ */
+export function checkHeartbeat(heartbeatIntervalMs: number, visibilityMs: number): void {
+  if (heartbeatIntervalMs >= visibilityMs) {
+    throw new ConfigError(
+      'broker.heartbeatIntervalMs',
+      `must be below the visibility timeout (${visibilityMs} ms), got ${heartbeatIntervalMs}`,
+    );
+  }
 }
 
 /** `https://sqs.eu-west-1.amazonaws.com/…` → `eu-west-1`; undefined when the host does not say. */
