@@ -10,6 +10,7 @@ import {
   isOncelyError,
   type Logger,
 } from '@oncely/core';
+import { isCredentialError } from './errors.js';
 import { GroupSequencer } from './GroupSequencer.js';
 import { MAX_TOTAL_VISIBILITY_MS, SqsDelivery } from './SqsDelivery.js';
 import { type QueueFacts, SqsQueueClient } from './SqsQueueClient.js';
@@ -131,6 +132,8 @@ export class SqsAdapter implements BrokerAdapter {
   private visibilityMs: number;
   /** Per ReceiveMessage call; decided at start, when the queue's type is known. */
   private maxMessages = 10;
+  /** MessageAttributeNames of each receive: the configured ones plus the ID strategy's attribute. */
+  private readonly attributeNames: string[];
   private queueFacts: QueueFacts | undefined;
   private route: DeadLetterRoute = { kind: 'none' };
   private runtime: AdapterRuntime | undefined;
@@ -162,6 +165,10 @@ export class SqsAdapter implements BrokerAdapter {
       });
     this.queue = new SqsQueueClient(this.client, this.settings.queueUrl);
     this.visibilityMs = this.settings.visibilityTimeoutMs ?? FALLBACK_VISIBILITY_MS;
+    this.attributeNames = withIdAttribute(
+      this.settings.messageAttributeNames,
+      options.idStrategy ?? this.defaultIdStrategy,
+    );
     this.sequencer = new GroupSequencer<SqsDelivery>({
       dispatch: (delivery) => this.runtime!.dispatch(delivery),
       onDone: () => this.releaseSlot(),
@@ -289,13 +296,23 @@ export class SqsAdapter implements BrokerAdapter {
           visibilitySeconds: this.visibilityMs / 1000,
           waitSeconds: this.settings.waitTimeSeconds,
           signal,
+          attributeNames: this.attributeNames,
         });
         failures = 0;
       } catch (error) {
         if (signal.aborted) continue;
         failures++;
-        runtime.reportError(error, 'ReceiveMessage failed; polling again after a pause');
-        await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), runtime.stopping);
+        // Refused credentials do not heal in milliseconds (a token to refresh, a key to
+        // rotate): wait longer than for a network blip, as sqs-consumer does.
+        const credentials = isCredentialError(error);
+        const pause = credentials
+          ? this.settings.authErrorBackoffMs
+          : Math.min(5000, 100 * 2 ** Math.min(failures, 6));
+        runtime.reportError(
+          error,
+          `ReceiveMessage failed${credentials ? ' (credentials refused)' : ''}; polling again in ${pause} ms`,
+        );
+        await sleep(pause, runtime.stopping);
         continue;
       } finally {
         if (this.poll === poll) this.poll = undefined;
@@ -544,6 +561,16 @@ export function deadLetterAttributes(
     };
   }
   return attributes;
+}
+
+/**
+ * The ID is read from a message attribute under the default strategy: a list of
+ * attributes to fetch that leaves it out would make every message `missing-id`.
+ */
+function withIdAttribute(names: string[], strategy: IdStrategy): string[] {
+  if (names.includes('All') || names.includes('.*')) return ['All'];
+  if (typeof strategy !== 'object' || names.includes(strategy.attribute)) return names;
+  return [...names, strategy.attribute];
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -123,6 +123,8 @@ export class SqsQueueClient {
     visibilitySeconds: number;
     waitSeconds: number;
     signal?: AbortSignal;
+    /** @default ['All'] */
+    attributeNames?: string[];
   }): Promise<SqsMessage[]> {
     const out = await this.client.send(
       new ReceiveMessageCommand({
@@ -131,7 +133,7 @@ export class SqsQueueClient {
         WaitTimeSeconds: options.waitSeconds,
         VisibilityTimeout: options.visibilitySeconds,
         MessageSystemAttributeNames: SYSTEM_ATTRIBUTES,
-        MessageAttributeNames: ['All'],
+        MessageAttributeNames: options.attributeNames ?? ['All'],
       }),
       { abortSignal: options.signal },
     );

@@ -4,6 +4,7 @@ export type { SqsConsumerOptions } from './createSqsConsumer.js';
 export { createSqsConsumer } from './createSqsConsumer.js';
 export { diagnose } from './diagnose.js';
 export {
+  isCredentialError,
   isQueueMissingError,
   isStaleReceiptError,
   SQS_OPERATION_FAILED,

@@ -69,6 +69,20 @@ export interface SqsBrokerConfig {
    */
   maxMessages?: number;
   /**
+   * Message attributes each ReceiveMessage asks for (SQS `MessageAttributeNames`: names,
+   * `prefix.*`, or `All`). The ID strategy's attribute (`message-id` by default) is always
+   * added. 1 to 10 names (SQS allows 10 attributes per message), each up to 256 characters.
+   * @default ['All']
+   */
+  messageAttributeNames?: string[];
+  /**
+   * Pause after a ReceiveMessage refused for credentials (an expired token, a rotated key,
+   * HTTP 403) before polling again, 0 to 3600000 (sqs-consumer's
+   * `authenticationErrorTimeout`). Other receive failures back off from 200 ms to 5 s.
+   * @default 10000
+   */
+  authErrorBackoffMs?: number;
+  /**
    * What `stop()` does with a long poll in progress. `false`: it is left to answer (at
    * most `waitTimeSeconds`) and what it returns is released at once (visibility 0).
    * `true`: it is aborted at once; a message SQS hands to the abandoned request stays
@@ -95,6 +109,8 @@ export interface SqsSettings {
   waitTimeSeconds: number;
   pollingWaitTimeMs: number;
   abortPollOnStop: boolean;
+  messageAttributeNames: string[];
+  authErrorBackoffMs: number;
   /** Undefined: the default for the queue's type, decided at start. */
   maxMessages?: number;
   deadLetterQueueUrl?: string;
@@ -112,6 +128,8 @@ const KNOWN_OPTIONS = new Set([
   'waitTimeSeconds',
   'pollingWaitTimeMs',
   'abortPollOnStop',
+  'messageAttributeNames',
+  'authErrorBackoffMs',
   'maxMessages',
   'deadLetterQueueUrl',
 ]);
@@ -205,6 +223,9 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     (waitTimeSeconds === 0 ? DEFAULT_SHORT_POLL_PAUSE_MS : 0);
   const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages');
   const abortPollOnStop = boolean(broker.abortPollOnStop, 'broker.abortPollOnStop') ?? false;
+  const messageAttributeNames = attributeNames(broker.messageAttributeNames) ?? ['All'];
+  const authErrorBackoffMs =
+    integer(broker.authErrorBackoffMs, 0, MAX_POLLING_WAIT_MS, 'broker.authErrorBackoffMs') ?? 10_000;
   return {
     queueUrl,
     client: client as SQSClient | undefined,
@@ -217,6 +238,8 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     waitTimeSeconds,
     pollingWaitTimeMs,
     abortPollOnStop,
+    messageAttributeNames,
+    authErrorBackoffMs,
     maxMessages,
     deadLetterQueueUrl,
   };
@@ -268,6 +291,25 @@ function integer(value: unknown, min: number, max: number, field: string): numbe
     throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${show(value)}`);
   }
   return value;
+}
+
+function attributeNames(value: unknown): string[] | undefined {
+  const field = 'broker.messageAttributeNames';
+  if (value === undefined) return undefined;
+  // From the environment: a comma-separated list.
+  const list = typeof value === 'string' ? value.split(',').map((name) => name.trim()) : value;
+  if (
+    !Array.isArray(list) ||
+    list.length < 1 ||
+    list.length > 10 ||
+    !list.every((name) => typeof name === 'string' && /^[A-Za-z0-9_.-]{1,256}(\.\*)?$|^\.\*$/.test(name))
+  ) {
+    throw new ConfigError(
+      field,
+      `must be 1 to 10 attribute names (letters, digits, _ - .; a name may end in .*; or 'All'), got ${show(value)}`,
+    );
+  }
+  return list as string[];
 }
 
 function boolean(value: unknown, field: string): boolean | undefined {

@@ -36,6 +36,24 @@ describe('parseSqsConfig', () => {
     );
   });
 
+  it('checks messageAttributeNames and heartbeatIntervalMs', () => {
+    expect(parseSqsConfig({ type: 'sqs', queueUrl }).messageAttributeNames).toEqual(['All']);
+    expect(
+      parseSqsConfig({ type: 'sqs', queueUrl, messageAttributeNames: 'a, b.*' }).messageAttributeNames,
+    ).toEqual(['a', 'b.*']);
+    expect(fieldOf(() => parseSqsConfig({ type: 'sqs', queueUrl, messageAttributeNames: [] }))).toBe(
+      'broker.messageAttributeNames',
+    );
+    expect(
+      fieldOf(() => parseSqsConfig({ type: 'sqs', queueUrl, messageAttributeNames: ['bad name'] })),
+    ).toBe('broker.messageAttributeNames');
+    expect(
+      fieldOf(() =>
+        parseSqsConfig({ type: 'sqs', queueUrl, visibilityTimeoutMs: 5000, heartbeatIntervalMs: 5000 }),
+      ),
+    ).toBe('broker.heartbeatIntervalMs');
+  });
+
   it('rounds the visibility timeout up to whole seconds', () => {
     expect(parseSqsConfig({ type: 'sqs', queueUrl, visibilityTimeoutMs: 1500 }).visibilityTimeoutMs).toBe(
       2000,
