@@ -10,7 +10,7 @@ import {
   isOncelyError,
   type Logger,
 } from '@oncely/core';
-import { isCredentialError } from './errors.js';
+import { isCredentialError, SqsOperationError } from './errors.js';
 import { GroupSequencer } from './GroupSequencer.js';
 import { MAX_TOTAL_VISIBILITY_MS, SqsDelivery } from './SqsDelivery.js';
 import { type QueueFacts, SqsQueueClient } from './SqsQueueClient.js';
@@ -61,7 +61,14 @@ export const DEAD_LETTER_ATTRIBUTES = {
  * ```
  */
 export type DeadLetterRoute =
-  | { kind: 'queue'; url: string; fifo: boolean; origin: 'deadLetterQueueUrl' | 'RedrivePolicy' }
+  | {
+      kind: 'queue';
+      url: string;
+      fifo: boolean;
+      origin: 'deadLetterQueueUrl' | 'RedrivePolicy';
+      /** The target's MaximumMessageSize, when it could be read. */
+      maxMessageBytes?: number;
+    }
   | { kind: 'native-redrive'; maxReceiveCount: number }
   | { kind: 'none' };
 
@@ -426,12 +433,26 @@ export class SqsAdapter implements BrokerAdapter {
           `sqs: dead-letter queue ${configured} is ${target.fifo ? 'FIFO' : 'standard'} but ${this.settings.queueUrl} is ${facts.fifo ? 'FIFO' : 'standard'}`,
         );
       }
-      return { kind: 'queue', url: configured, fifo: target.fifo, origin: 'deadLetterQueueUrl' };
+      return {
+        kind: 'queue',
+        url: configured,
+        fifo: target.fifo,
+        origin: 'deadLetterQueueUrl',
+        maxMessageBytes: target.maximumMessageSize,
+      };
     }
     if (facts.redrive) {
       try {
         const url = await this.queue.urlOfArn(facts.redrive.deadLetterTargetArn);
-        return { kind: 'queue', url, fifo: url.endsWith('.fifo'), origin: 'RedrivePolicy' };
+        // Its size limit is a nicety (the send falls back without it): no permission is fine.
+        const target = await this.queue.facts(url).catch(() => undefined);
+        return {
+          kind: 'queue',
+          url,
+          fifo: url.endsWith('.fifo'),
+          origin: 'RedrivePolicy',
+          maxMessageBytes: target?.maximumMessageSize,
+        };
       } catch (error) {
         this.log.warn(
           `sqs: cannot resolve the RedrivePolicy target ${facts.redrive.deadLetterTargetArn} to a URL; dead-lettered messages are left to SQS's own redrive (after ${facts.redrive.maxReceiveCount} receives, without a reason). Set broker.deadLetterQueueUrl to send them with their reason.`,
@@ -455,19 +476,50 @@ export class SqsAdapter implements BrokerAdapter {
     switch (route.kind) {
       case 'queue': {
         const { message } = delivery;
-        await this.queue.sendTo({
-          QueueUrl: route.url,
-          MessageBody: message.Body ?? '',
-          MessageAttributes: this.deadLetterCopyAttributes(message, reason, detail),
-          ...(route.fifo
-            ? {
-                MessageGroupId: delivery.envelope.orderingKey ?? 'oncely-dead-letter',
-                // A retried dead-letter (crash between send and delete) is dropped by the
-                // FIFO dead-letter queue's own 5-minute deduplication.
-                MessageDeduplicationId: message.MessageId,
-              }
-            : {}),
-        });
+        const body = message.Body ?? '';
+        const attributes = this.deadLetterCopyAttributes(message, reason, detail, route.maxMessageBytes);
+        if (route.maxMessageBytes !== undefined && messageSize(body, attributes) > route.maxMessageBytes) {
+          // Even the bare copy is too big (the DLQ's MaximumMessageSize is below the source
+          // queue's): no retry can send it. Park it like a message with no destination.
+          await this.park(delivery);
+          throw new BrokerMisconfiguredError(
+            `cannot dead-letter (${reason}: ${detail}): the message (${messageSize(body, attributes)} bytes) is over the MaximumMessageSize of ${route.url} (${route.maxMessageBytes}); it is parked. Raise the dead-letter queue's MaximumMessageSize.`,
+          );
+        }
+        const send = (messageAttributes: Record<string, MessageAttributeValue>) =>
+          this.queue.sendTo({
+            QueueUrl: route.url,
+            MessageBody: body,
+            MessageAttributes: messageAttributes,
+            ...(route.fifo
+              ? {
+                  MessageGroupId: delivery.envelope.orderingKey ?? 'oncely-dead-letter',
+                  // A retried dead-letter (crash between send and delete) is dropped by the
+                  // FIFO dead-letter queue's own 5-minute deduplication.
+                  MessageDeduplicationId: message.MessageId,
+                }
+              : {}),
+          });
+        try {
+          await send(attributes);
+        } catch (error) {
+          // A size limit we could not read: SQS answers InvalidParameterValue. The original
+          // attributes alone fit wherever the original did, so try once more without ours
+          // rather than fail the same way on every redelivery.
+          const bare = originalAttributes(message);
+          if (!(error instanceof SqsOperationError && error.sqsCode === 'InvalidParameterValue')) throw error;
+          if (Object.keys(bare).length === Object.keys(attributes).length) throw error;
+          this.log.warn(
+            'sqs: the dead-lettered copy was refused; sending it without its oncely-* attributes',
+            {
+              error,
+              reason,
+              detail,
+              brokerMessageId: message.MessageId,
+            },
+          );
+          await send(bare);
+        }
         this.stats.deadLettered++;
         // Not batched: the copy exists now, so the window in which it and the original
         // both exist stays as short as one request.
@@ -491,12 +543,7 @@ export class SqsAdapter implements BrokerAdapter {
         return;
       }
       case 'none': {
-        // Park it as long as SQS allows: never processed unprotected, never dropped.
-        const seconds = Math.max(
-          0,
-          Math.floor((delivery.receivedAt + MAX_TOTAL_VISIBILITY_MS - 5000 - Date.now()) / 1000),
-        );
-        await this.queue.changeVisibility(delivery.receiptHandle, seconds).catch(() => {});
+        const seconds = await this.park(delivery);
         throw new BrokerMisconfiguredError(
           `cannot dead-letter (${reason}: ${detail}): ${this.settings.queueUrl} has no dead-letter destination; the message is parked for ${seconds} s. Configure broker.deadLetterQueueUrl or a RedrivePolicy.`,
         );
@@ -504,16 +551,27 @@ export class SqsAdapter implements BrokerAdapter {
     }
   }
 
+  /** Park a message as long as SQS allows: never processed unprotected, never dropped. Returns the seconds. */
+  private async park(delivery: SqsDelivery): Promise<number> {
+    const seconds = Math.max(
+      0,
+      Math.floor((delivery.receivedAt + MAX_TOTAL_VISIBILITY_MS - 5000 - Date.now()) / 1000),
+    );
+    await this.queue.changeVisibility(delivery.receiptHandle, seconds).catch(() => {});
+    return seconds;
+  }
+
   /** {@link deadLetterAttributes}, with a warning when the reason did not fit. */
   private deadLetterCopyAttributes(
     message: SqsMessage,
     reason: DeadLetterReason,
     detail: string,
+    maxMessageBytes: number | undefined,
   ): Record<string, MessageAttributeValue> {
-    const attributes = deadLetterAttributes(message, reason, detail);
+    const attributes = deadLetterAttributes(message, reason, detail, maxMessageBytes);
     if (attributes[DEAD_LETTER_ATTRIBUTES.reason]?.StringValue !== reason) {
       this.log.warn(
-        `sqs: the dead-lettered copy keeps the message's own ${MAX_MESSAGE_ATTRIBUTES} attributes (SQS's limit), so it carries no ${DEAD_LETTER_ATTRIBUTES.reason}`,
+        `sqs: the dead-lettered copy has no room for ${DEAD_LETTER_ATTRIBUTES.reason} (SQS allows ${MAX_MESSAGE_ATTRIBUTES} attributes, and the dead-letter queue's MaximumMessageSize bounds body plus attributes)`,
         { reason, detail, brokerMessageId: message.MessageId },
       );
     }
@@ -524,7 +582,8 @@ export class SqsAdapter implements BrokerAdapter {
 /**
  * The dead-lettered copy's attributes: every original attribute (SQS allows 10, so
  * the copy always keeps them all, its `message-id` included, and replays as the same
- * message), then, while there is room under that limit, the reason, the detail and the
+ * message), then, while there is room under that limit and under `maxMessageBytes` (the
+ * dead-letter queue's MaximumMessageSize, body included), the reason, the detail and the
  * source MessageId. An original attribute named like one of Oncely's keeps its value.
  *
  * @example
@@ -537,7 +596,24 @@ export function deadLetterAttributes(
   message: SqsMessage,
   reason: DeadLetterReason,
   detail: string,
+  maxMessageBytes = Number.POSITIVE_INFINITY,
 ): Record<string, MessageAttributeValue> {
+  const attributes = originalAttributes(message);
+  const body = message.Body ?? '';
+  const add = (name: string, value: string) => {
+    if (name in attributes || Object.keys(attributes).length >= MAX_MESSAGE_ATTRIBUTES) return;
+    const candidate = { ...attributes, [name]: { DataType: 'String', StringValue: value } };
+    if (messageSize(body, candidate) <= maxMessageBytes) Object.assign(attributes, candidate);
+  };
+  add(DEAD_LETTER_ATTRIBUTES.reason, reason);
+  const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
+  if (trimmed !== '') add(DEAD_LETTER_ATTRIBUTES.detail, trimmed);
+  if (message.MessageId) add(DEAD_LETTER_ATTRIBUTES.sourceMessageId, message.MessageId);
+  return attributes;
+}
+
+/** The message's own attributes, as a SendMessage takes them. */
+function originalAttributes(message: SqsMessage): Record<string, MessageAttributeValue> {
   const attributes: Record<string, MessageAttributeValue> = {};
   for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
     attributes[name] = {
@@ -546,21 +622,21 @@ export function deadLetterAttributes(
       BinaryValue: value.BinaryValue,
     };
   }
-  const room = () => Object.keys(attributes).length < MAX_MESSAGE_ATTRIBUTES;
-  if (room() && !(DEAD_LETTER_ATTRIBUTES.reason in attributes)) {
-    attributes[DEAD_LETTER_ATTRIBUTES.reason] = { DataType: 'String', StringValue: reason };
-  }
-  const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
-  if (room() && trimmed !== '' && !(DEAD_LETTER_ATTRIBUTES.detail in attributes)) {
-    attributes[DEAD_LETTER_ATTRIBUTES.detail] = { DataType: 'String', StringValue: trimmed };
-  }
-  if (room() && message.MessageId && !(DEAD_LETTER_ATTRIBUTES.sourceMessageId in attributes)) {
-    attributes[DEAD_LETTER_ATTRIBUTES.sourceMessageId] = {
-      DataType: 'String',
-      StringValue: message.MessageId,
-    };
-  }
   return attributes;
+}
+
+/**
+ * A message's size as SQS counts it against MaximumMessageSize: the body plus, for each
+ * attribute, its name, data type and value, in bytes.
+ */
+function messageSize(body: string, attributes: Record<string, MessageAttributeValue>): number {
+  let size = Buffer.byteLength(body, 'utf8');
+  for (const [name, value] of Object.entries(attributes)) {
+    size += Buffer.byteLength(name, 'utf8') + Buffer.byteLength(value.DataType ?? '', 'utf8');
+    if (value.StringValue !== undefined) size += Buffer.byteLength(value.StringValue, 'utf8');
+    if (value.BinaryValue !== undefined) size += value.BinaryValue.byteLength;
+  }
+  return size;
 }
 
 /**

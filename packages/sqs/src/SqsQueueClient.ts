@@ -49,6 +49,8 @@ export interface QueueFacts {
   contentBasedDeduplication: boolean;
   /** The queue's default visibility timeout. */
   visibilityTimeoutMs: number;
+  /** The queue's `MaximumMessageSize` in bytes (body plus message attributes). */
+  maximumMessageSize?: number;
   /** Native redrive, when the queue has a RedrivePolicy. */
   redrive?: { deadLetterTargetArn: string; maxReceiveCount: number };
 }
@@ -329,6 +331,7 @@ export function parseQueueFacts(attributes: Record<string, string>): QueueFacts 
     fifo: attributes.FifoQueue === 'true',
     contentBasedDeduplication: attributes.ContentBasedDeduplication === 'true',
     visibilityTimeoutMs: Number(attributes.VisibilityTimeout ?? 30) * 1000,
+    maximumMessageSize: attributes.MaximumMessageSize ? Number(attributes.MaximumMessageSize) : undefined,
     redrive,
   };
 }

@@ -114,4 +114,108 @@ describe.skipIf(!hasPostgres)('SQS dead-letter paths (fauxqs + PostgreSQL)', () 
     // No room for the reason as an attribute: it is not invented over an original one.
     expect(kept[DEAD_LETTER_ATTRIBUTES.reason]).toBeUndefined();
   }, 30_000);
+  it('a copy that the extra attributes would push over the DLQ size limit is sent without them, not retried forever', async () => {
+    const dlq = await emulator.createQueue('small-dlq', { MaximumMessageSize: '2048' });
+    const queue = await emulator.createQueue('big', { VisibilityTimeout: '1' });
+    const consumer = createSqsConsumer({
+      name: 'big',
+      broker: {
+        queueUrl: queue.url,
+        client: emulator.client,
+        waitTimeSeconds: 1,
+        deadLetterQueueUrl: dlq.url,
+      },
+      store: db.store,
+      maxAttempts: 1,
+      logger: silentLogger,
+      handler: async () => {
+        throw new Error(`always fails: ${'x'.repeat(600)}`);
+      },
+    });
+    const spy = new ConsumerSpy().attach(consumer);
+    cleanups.push(() => consumer.stop());
+    await consumer.start();
+    // Fits the DLQ as sent (about 1.9 KB of 2 KB); not with the 600-character detail added.
+    const body = JSON.stringify({ pad: 'p'.repeat(1880) });
+    await emulator.client.send(
+      new SendMessageCommand({
+        QueueUrl: queue.url,
+        MessageBody: body,
+        MessageAttributes: { 'message-id': { DataType: 'String', StringValue: 'big-1' } },
+      }),
+    );
+    await spy.waitFor('deadLettered', (e) => e.event.messageId === 'big-1', 15_000);
+    const [copy] = await drainVisible(emulator.client, dlq.url);
+    expect(copy?.Body).toBe(body);
+    expect(copy?.MessageAttributes?.['message-id']?.StringValue).toBe('big-1');
+    expect(copy?.MessageAttributes?.[DEAD_LETTER_ATTRIBUTES.reason]?.StringValue).toBe('max-attempts');
+    expect(copy?.MessageAttributes?.[DEAD_LETTER_ATTRIBUTES.detail]).toBeUndefined();
+  }, 30_000);
+  it('a copy SQS refuses as InvalidParameterValue is sent once more with the original attributes only', async () => {
+    const dlq = await emulator.createQueue('refuse-dlq');
+    const queue = await emulator.createQueue('refuse', { VisibilityTimeout: '5' });
+    const faults = faultyClient(emulator.endpoint);
+    cleanups.push(() => faults.destroy());
+    const consumer = createSqsConsumer({
+      name: 'refuse',
+      broker: { queueUrl: queue.url, client: faults.client, waitTimeSeconds: 1, deadLetterQueueUrl: dlq.url },
+      store: db.store,
+      maxAttempts: 1,
+      logger: silentLogger,
+      handler: async () => {
+        throw new Error('always fails');
+      },
+    });
+    const spy = new ConsumerSpy().attach(consumer);
+    cleanups.push(() => consumer.stop());
+    await consumer.start();
+    await emulator.client.send(
+      new SendMessageCommand({
+        QueueUrl: queue.url,
+        MessageBody: '{}',
+        MessageAttributes: { 'message-id': { DataType: 'String', StringValue: 'refuse-1' } },
+      }),
+    );
+    faults.failNext('SendMessage', 1, 'InvalidParameterValue');
+    await spy.waitFor('deadLettered', (e) => e.event.messageId === 'refuse-1', 15_000);
+    const [copy] = await drainVisible(emulator.client, dlq.url);
+    expect(Object.keys(copy?.MessageAttributes ?? {})).toEqual(['message-id']);
+    expect(faults.injected('SendMessage')).toBe(1);
+  }, 30_000);
+
+  it('a message over the DLQ size limit on its own is parked and reported, not retried at once', async () => {
+    const dlq = await emulator.createQueue('tiny-dlq', { MaximumMessageSize: '1024' });
+    const queue = await emulator.createQueue('huge', { VisibilityTimeout: '1' });
+    const consumer = createSqsConsumer({
+      name: 'huge',
+      broker: {
+        queueUrl: queue.url,
+        client: emulator.client,
+        waitTimeSeconds: 1,
+        deadLetterQueueUrl: dlq.url,
+      },
+      store: db.store,
+      maxAttempts: 1,
+      logger: silentLogger,
+      handler: async () => {
+        throw new Error('always fails');
+      },
+    });
+    const spy = new ConsumerSpy().attach(consumer);
+    cleanups.push(() => consumer.stop());
+    await consumer.start();
+    await emulator.client.send(
+      new SendMessageCommand({
+        QueueUrl: queue.url,
+        MessageBody: JSON.stringify({ pad: 'p'.repeat(1500) }),
+        MessageAttributes: { 'message-id': { DataType: 'String', StringValue: 'huge-1' } },
+      }),
+    );
+    await spy.waitFor('ackFailed', (e) => e.event.messageId === 'huge-1', 15_000);
+    expect(await drainVisible(emulator.client, dlq.url)).toHaveLength(0);
+    // Parked: in flight for hours (close to SQS's 12-hour cap), not back after 1 s.
+    const [parked] = emulator.server.inspectQueue(queue.name)!.messages.inflight;
+    expect(Number(parked?.visibilityDeadline) - Date.now()).toBeGreaterThan(3600_000);
+    expect(spy.countFor('received', 'huge-1')).toBe(1);
+  }, 30_000);
 });
