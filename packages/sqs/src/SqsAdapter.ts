@@ -146,8 +146,6 @@ export class SqsAdapter implements BrokerAdapter {
   private runtime: AdapterRuntime | undefined;
   private loop: Promise<void> | undefined;
   private poll: AbortController | undefined;
-  /** Received and not yet settled: dispatched, or waiting for their FIFO group's turn. */
-  private held = 0;
   private capacityWaiters: Array<() => void> = [];
 
   constructor(
@@ -280,9 +278,11 @@ export class SqsAdapter implements BrokerAdapter {
     for (;;) {
       const free = await runtime.whenReady();
       if (free <= 0 || runtime.stopping.aborted) return;
-      // `free` counts the core's handlers; `held` also counts FIFO messages waiting for
-      // their group, which must count against the same bound.
-      const room = runtime.concurrency - this.held;
+      // `free` counts the core's handler slots. FIFO messages waiting behind their group
+      // take none: counting them would starve the polls of other groups, whose messages
+      // could run now. They are bounded on their own: at most `concurrency` wait at a
+      // time, and a receive never brings more than that bound can still take.
+      const room = runtime.concurrency - this.sequencer.waitingCount;
       if (room <= 0) {
         await this.capacityFreed(runtime.stopping);
         continue;
@@ -355,7 +355,6 @@ export class SqsAdapter implements BrokerAdapter {
   }
 
   private accept(message: SqsMessage, requestedAt: number, respondedAt: number): void {
-    this.held++;
     this.stats.received++;
     const envelope = toEnvelope(message, {
       source: this.settings.queueUrl,
@@ -392,7 +391,6 @@ export class SqsAdapter implements BrokerAdapter {
   }
 
   private releaseSlot(): void {
-    this.held--;
     this.wakeCapacityWaiters();
   }
 

@@ -90,5 +90,47 @@ describe.skipIf(!hasPostgres || !endpoint)(
       expect(seen.filter((s) => s.id === 'f1').map((s) => s.attempt)).toEqual([1, 2, 3]);
       expect(spy.count('released')).toBe(0);
     }, 40_000);
+
+    it('with maxMessages 10, messages waiting behind their group do not starve the polls of other groups', async () => {
+      const name = `starve-${Date.now()}-${Math.random().toString(36).slice(2, 8)}.fifo`;
+      const { QueueUrl } = await client.send(
+        new CreateQueueCommand({
+          QueueName: name,
+          Attributes: { FifoQueue: 'true', VisibilityTimeout: '10' },
+        }),
+      );
+      const queueUrl = QueueUrl!;
+      // Group a first: one receive takes a1 and a2 (a2 waits behind a1).
+      await send(
+        client,
+        queueUrl,
+        ['a1', 'a2'].map((id) => ({ id, body: '{}', group: 'a', dedup: id })),
+      );
+      await send(client, queueUrl, [{ id: 'b1', body: '{}', group: 'b', dedup: 'b1' }]);
+      let spy: ConsumerSpy | undefined;
+      const order: string[] = [];
+      const consumer = createSqsConsumer({
+        name: 'starve',
+        broker: { queueUrl, client, waitTimeSeconds: 1, maxMessages: 10 },
+        store: db.store,
+        concurrency: 2,
+        logger: silentLogger,
+        handler: async (message) => {
+          // a1 needs b1 done first: with a2 holding the second slot, b1 would never be polled.
+          if (message.id === 'a1') {
+            await spy!.waitFor('processed', (e) => e.event.messageId === 'b1', 8000).catch(() => {});
+          }
+          order.push(message.id);
+        },
+      });
+      spy = new ConsumerSpy().attach(consumer);
+      cleanups.push(() => consumer.stop());
+      await consumer.start();
+      await waitFor(() => ['a1', 'a2', 'b1'].every((id) => spy!.countFor('processed', id) === 1), {
+        timeoutMs: 30_000,
+        description: 'all three processed',
+      });
+      expect(order).toEqual(['b1', 'a1', 'a2']);
+    }, 40_000);
   },
 );
