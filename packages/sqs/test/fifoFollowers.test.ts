@@ -21,7 +21,7 @@ const endpoint = process.env.SQS_ELASTICMQ_ENDPOINT;
 const hasPostgres = await postgresAvailable();
 
 describe.skipIf(!hasPostgres || !endpoint)(
-  'SQS FIFO followers of a retried message (ElasticMQ + PostgreSQL)',
+  `SQS FIFO followers of a retried message (ElasticMQ + PostgreSQL)${endpoint ? '' : ': skipped, SQS_ELASTICMQ_ENDPOINT is not set (scripts/elasticmq-conformance.sh sets it)'}`,
   () => {
     let client: SQSClient;
     let db: TestDatabase;
