@@ -22,6 +22,8 @@ export interface GroupSequencerOptions<D extends SequencedDelivery> {
   onDone(delivery: D): void;
   /** How far a heartbeat pushes the visibility of deliveries waiting for their turn. */
   extendByMs(): number;
+  /** How often the heartbeat runs. @default half of `extendByMs()` */
+  heartbeatIntervalMs?(): number;
   log: Logger;
 }
 
@@ -161,7 +163,10 @@ export class GroupSequencer<D extends SequencedDelivery> {
 
   private startHeartbeat(): void {
     if (this.heartbeat) return;
-    const intervalMs = Math.max(200, Math.floor(this.options.extendByMs() / 2));
+    const intervalMs = Math.max(
+      100,
+      this.options.heartbeatIntervalMs?.() ?? Math.floor(this.options.extendByMs() / 2),
+    );
     this.heartbeat = setInterval(() => this.beat(), intervalMs);
     this.heartbeat.unref?.();
   }

@@ -10,10 +10,11 @@ import {
   isOncelyError,
   type Logger,
 } from '@oncely/core';
+import { isCredentialError, SqsOperationError } from './errors.js';
 import { GroupSequencer } from './GroupSequencer.js';
 import { MAX_TOTAL_VISIBILITY_MS, SqsDelivery } from './SqsDelivery.js';
 import { type QueueFacts, SqsQueueClient } from './SqsQueueClient.js';
-import { parseSqsConfig, type SqsSettings } from './sqsConfig.js';
+import { checkHeartbeat, parseSqsConfig, type SqsSettings } from './sqsConfig.js';
 import { toEnvelope } from './toEnvelope.js';
 
 /** Visibility used when neither the config nor the queue gives a usable one (the SQS default). */
@@ -60,7 +61,14 @@ export const DEAD_LETTER_ATTRIBUTES = {
  * ```
  */
 export type DeadLetterRoute =
-  | { kind: 'queue'; url: string; fifo: boolean; origin: 'deadLetterQueueUrl' | 'RedrivePolicy' }
+  | {
+      kind: 'queue';
+      url: string;
+      fifo: boolean;
+      origin: 'deadLetterQueueUrl' | 'RedrivePolicy';
+      /** The target's MaximumMessageSize, when it could be read. */
+      maxMessageBytes?: number;
+    }
   | { kind: 'native-redrive'; maxReceiveCount: number }
   | { kind: 'none' };
 
@@ -129,13 +137,15 @@ export class SqsAdapter implements BrokerAdapter {
   private readonly log: Logger;
   private readonly sequencer: GroupSequencer<SqsDelivery>;
   private visibilityMs: number;
+  /** Per ReceiveMessage call; decided at start, when the queue's type is known. */
+  private maxMessages = 10;
+  /** MessageAttributeNames of each receive: the configured ones plus the ID strategy's attribute. */
+  private readonly attributeNames: string[];
   private queueFacts: QueueFacts | undefined;
   private route: DeadLetterRoute = { kind: 'none' };
   private runtime: AdapterRuntime | undefined;
   private loop: Promise<void> | undefined;
   private poll: AbortController | undefined;
-  /** Received and not yet settled: dispatched, or waiting for their FIFO group's turn. */
-  private held = 0;
   private capacityWaiters: Array<() => void> = [];
 
   constructor(
@@ -160,10 +170,15 @@ export class SqsAdapter implements BrokerAdapter {
       });
     this.queue = new SqsQueueClient(this.client, this.settings.queueUrl);
     this.visibilityMs = this.settings.visibilityTimeoutMs ?? FALLBACK_VISIBILITY_MS;
+    this.attributeNames = withIdAttribute(
+      this.settings.messageAttributeNames,
+      options.idStrategy ?? this.defaultIdStrategy,
+    );
     this.sequencer = new GroupSequencer<SqsDelivery>({
       dispatch: (delivery) => this.runtime!.dispatch(delivery),
       onDone: () => this.releaseSlot(),
       extendByMs: () => this.visibilityMs,
+      heartbeatIntervalMs: () => this.heartbeatMs,
       log: this.log,
     });
   }
@@ -172,9 +187,18 @@ export class SqsAdapter implements BrokerAdapter {
    * Each heartbeat sets the visibility to `visibilityTimeoutMs` from the call; the keeper
    * stops at SQS's 12-hour total per receipt (the delivery also enforces the cap from
    * its own receipt time, which can be earlier than dispatch on FIFO queues).
+   *
+   * The core's keeper renews every `extendByMs / 2`, so `extendByMs` is declared as twice
+   * `heartbeatIntervalMs` (by default that is the visibility timeout). The delivery pushes
+   * the visibility by at least `visibilityTimeoutMs` whatever it is asked for.
    */
   get lease(): AdapterLease {
-    return { extendByMs: this.visibilityMs, maxTotalMs: MAX_TOTAL_VISIBILITY_MS };
+    return { extendByMs: 2 * this.heartbeatMs, maxTotalMs: MAX_TOTAL_VISIBILITY_MS };
+  }
+
+  /** How often held messages' visibility is renewed. */
+  private get heartbeatMs(): number {
+    return this.settings.heartbeatIntervalMs ?? this.visibilityMs / 2;
   }
 
   /** The dead-letter path chosen at start. */
@@ -195,9 +219,14 @@ export class SqsAdapter implements BrokerAdapter {
     this.visibilityMs =
       this.settings.visibilityTimeoutMs ??
       (facts.visibilityTimeoutMs >= 1000 ? facts.visibilityTimeoutMs : FALLBACK_VISIBILITY_MS);
+    if (this.settings.heartbeatIntervalMs !== undefined) {
+      checkHeartbeat(this.settings.heartbeatIntervalMs, this.visibilityMs);
+    }
+    this.maxMessages = this.settings.maxMessages ?? (facts.fifo ? 1 : 10);
     this.route = await this.resolveDeadLetterRoute(facts);
-    // One listener for the consumer's lifetime (not one per poll): stop ends the long poll at once.
-    runtime.stopping.addEventListener('abort', () => this.poll?.abort(), { once: true });
+    // One listener for the consumer's lifetime (not one per poll). By default the running
+    // poll is left to answer (see stop()); with abortPollOnStop it is ended at once.
+    runtime.stopping.addEventListener('abort', () => this.abortPollIfAsked(), { once: true });
     const { maxAttempts } = this.options;
     if (facts.redrive && maxAttempts !== undefined && facts.redrive.maxReceiveCount <= maxAttempts) {
       this.log.warn(
@@ -216,15 +245,23 @@ export class SqsAdapter implements BrokerAdapter {
   // what it returns goes to the core, which holds and then releases it properly.
 
   /**
-   * Stop: aborts the long poll at once (runtime.stopping). Messages SQS handed to that
-   * aborted request come back after the visibility timeout; messages received but not yet
-   * dispatched (FIFO messages waiting for their group) are released now.
+   * Stop: no new poll starts. The running one is left to answer (at most
+   * `waitTimeSeconds`) and what it returns is released (visibility 0): a long poll the
+   * client abandons keeps waiting on the server, which does not notice the closed
+   * connection, and a message it hands out then would stay invisible for a whole
+   * visibility timeout. With `abortPollOnStop` the poll is aborted at once instead, at
+   * that risk. Messages received but not yet dispatched (FIFO messages waiting for their
+   * group) are released now.
    */
   async stop(): Promise<void> {
-    this.poll?.abort();
+    this.abortPollIfAsked();
     this.wakeCapacityWaiters();
     await this.loop;
     await this.sequencer.releaseWaiting();
+  }
+
+  private abortPollIfAsked(): void {
+    if (this.settings.abortPollOnStop) this.poll?.abort();
   }
 
   async close(): Promise<void> {
@@ -241,19 +278,23 @@ export class SqsAdapter implements BrokerAdapter {
     for (;;) {
       const free = await runtime.whenReady();
       if (free <= 0 || runtime.stopping.aborted) return;
-      // `free` counts the core's handlers; `held` also counts FIFO messages waiting for
-      // their group, which must count against the same bound.
-      const room = runtime.concurrency - this.held;
+      // `free` counts the core's handler slots. FIFO messages waiting behind their group
+      // take none: counting them would starve the polls of other groups, whose messages
+      // could run now. They are bounded on their own: at most `concurrency` wait at a
+      // time, and a receive never brings more than that bound can still take.
+      const room = runtime.concurrency - this.sequencer.waitingCount;
       if (room <= 0) {
         await this.capacityFreed(runtime.stopping);
         continue;
       }
-      const max = Math.min(this.settings.maxMessages, free, room);
+      const max = Math.min(this.maxMessages, free, room);
       const poll = new AbortController();
       this.poll = poll;
       const { signal } = poll;
-      // The 12-hour cap and the first expiry are measured from before the call: SQS
-      // may have started the clock at any point of the long poll.
+      // SQS starts a message's clock when it hands it out, somewhere during the long
+      // poll: the 12-hour cap is counted from before the call (the safe side), the first
+      // expiry from its answer (a message that arrives late in the poll has its whole
+      // visibility left, and the first renewal is scheduled from dispatch).
       const requestedAt = Date.now();
       let messages: SqsMessage[];
       try {
@@ -262,23 +303,58 @@ export class SqsAdapter implements BrokerAdapter {
           visibilitySeconds: this.visibilityMs / 1000,
           waitSeconds: this.settings.waitTimeSeconds,
           signal,
+          attributeNames: this.attributeNames,
         });
         failures = 0;
       } catch (error) {
         if (signal.aborted) continue;
         failures++;
-        runtime.reportError(error, 'ReceiveMessage failed; polling again after a pause');
-        await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), runtime.stopping);
+        // Refused credentials do not heal in milliseconds (a token to refresh, a key to
+        // rotate): wait longer than for a network blip, as sqs-consumer does.
+        const credentials = isCredentialError(error);
+        const pause = credentials
+          ? this.settings.authErrorBackoffMs
+          : Math.min(5000, 100 * 2 ** Math.min(failures, 6));
+        runtime.reportError(
+          error,
+          `ReceiveMessage failed${credentials ? ' (credentials refused)' : ''}; polling again in ${pause} ms`,
+        );
+        await sleep(pause, runtime.stopping);
         continue;
       } finally {
         if (this.poll === poll) this.poll = undefined;
       }
-      for (const message of messages) this.accept(message, requestedAt);
+      const respondedAt = Date.now();
+      if (runtime.stopping.aborted) {
+        // Answered after stop() began: give it all back now rather than hold it a visibility.
+        await this.releaseUnaccepted(messages);
+        return;
+      }
+      for (const message of messages) this.accept(message, requestedAt, respondedAt);
+      // Nothing there: pause before asking again (a short poll would otherwise spin).
+      if (messages.length === 0 && this.settings.pollingWaitTimeMs > 0) {
+        await sleep(this.settings.pollingWaitTimeMs, runtime.stopping);
+      }
     }
   }
 
-  private accept(message: SqsMessage, requestedAt: number): void {
-    this.held++;
+  private async releaseUnaccepted(messages: SqsMessage[]): Promise<void> {
+    await Promise.all(
+      messages.map((message) =>
+        this.queue.changeVisibility(message.ReceiptHandle ?? '', 0).catch((error) => {
+          this.log.warn(
+            'sqs: could not release a message received while stopping; it returns after its visibility timeout',
+            {
+              error,
+              brokerMessageId: message.MessageId,
+            },
+          );
+        }),
+      ),
+    );
+  }
+
+  private accept(message: SqsMessage, requestedAt: number, respondedAt: number): void {
     this.stats.received++;
     const envelope = toEnvelope(message, {
       source: this.settings.queueUrl,
@@ -289,10 +365,13 @@ export class SqsAdapter implements BrokerAdapter {
       envelope,
       {
         changeVisibility: (handle, seconds) => this.counted(this.queue.changeVisibility(handle, seconds)),
+        renewVisibility: (handle, seconds, signal) =>
+          this.counted(this.queue.renewVisibility(handle, seconds, signal)),
         delete: (handle) => this.counted(this.queue.delete(handle)),
         deadLetter: (d, reason, detail) => this.counted(this.deadLetter(d, reason, detail)),
       },
       requestedAt,
+      respondedAt,
       this.visibilityMs,
     );
     this.sequencer.submit(delivery);
@@ -312,7 +391,6 @@ export class SqsAdapter implements BrokerAdapter {
   }
 
   private releaseSlot(): void {
-    this.held--;
     this.wakeCapacityWaiters();
   }
 
@@ -353,12 +431,26 @@ export class SqsAdapter implements BrokerAdapter {
           `sqs: dead-letter queue ${configured} is ${target.fifo ? 'FIFO' : 'standard'} but ${this.settings.queueUrl} is ${facts.fifo ? 'FIFO' : 'standard'}`,
         );
       }
-      return { kind: 'queue', url: configured, fifo: target.fifo, origin: 'deadLetterQueueUrl' };
+      return {
+        kind: 'queue',
+        url: configured,
+        fifo: target.fifo,
+        origin: 'deadLetterQueueUrl',
+        maxMessageBytes: target.maximumMessageSize,
+      };
     }
     if (facts.redrive) {
       try {
         const url = await this.queue.urlOfArn(facts.redrive.deadLetterTargetArn);
-        return { kind: 'queue', url, fifo: url.endsWith('.fifo'), origin: 'RedrivePolicy' };
+        // Its size limit is a nicety (the send falls back without it): no permission is fine.
+        const target = await this.queue.facts(url).catch(() => undefined);
+        return {
+          kind: 'queue',
+          url,
+          fifo: url.endsWith('.fifo'),
+          origin: 'RedrivePolicy',
+          maxMessageBytes: target?.maximumMessageSize,
+        };
       } catch (error) {
         this.log.warn(
           `sqs: cannot resolve the RedrivePolicy target ${facts.redrive.deadLetterTargetArn} to a URL; dead-lettered messages are left to SQS's own redrive (after ${facts.redrive.maxReceiveCount} receives, without a reason). Set broker.deadLetterQueueUrl to send them with their reason.`,
@@ -382,83 +474,177 @@ export class SqsAdapter implements BrokerAdapter {
     switch (route.kind) {
       case 'queue': {
         const { message } = delivery;
-        await this.queue.sendTo({
-          QueueUrl: route.url,
-          MessageBody: message.Body ?? '',
-          MessageAttributes: deadLetterAttributes(message, reason, detail),
-          ...(route.fifo
-            ? {
-                MessageGroupId: delivery.envelope.orderingKey ?? 'oncely-dead-letter',
-                // A retried dead-letter (crash between send and delete) is dropped by the
-                // FIFO dead-letter queue's own 5-minute deduplication.
-                MessageDeduplicationId: message.MessageId,
-              }
-            : {}),
-        });
+        const body = message.Body ?? '';
+        const attributes = this.deadLetterCopyAttributes(message, reason, detail, route.maxMessageBytes);
+        if (route.maxMessageBytes !== undefined && messageSize(body, attributes) > route.maxMessageBytes) {
+          // Even the bare copy is too big (the DLQ's MaximumMessageSize is below the source
+          // queue's): no retry can send it. Park it like a message with no destination.
+          await this.park(delivery);
+          throw new BrokerMisconfiguredError(
+            `cannot dead-letter (${reason}: ${detail}): the message (${messageSize(body, attributes)} bytes) is over the MaximumMessageSize of ${route.url} (${route.maxMessageBytes}); it is parked. Raise the dead-letter queue's MaximumMessageSize.`,
+          );
+        }
+        const send = (messageAttributes: Record<string, MessageAttributeValue>) =>
+          this.queue.sendTo({
+            QueueUrl: route.url,
+            MessageBody: body,
+            MessageAttributes: messageAttributes,
+            ...(route.fifo
+              ? {
+                  MessageGroupId: delivery.envelope.orderingKey ?? 'oncely-dead-letter',
+                  // A retried dead-letter (crash between send and delete) is dropped by the
+                  // FIFO dead-letter queue's own 5-minute deduplication.
+                  MessageDeduplicationId: message.MessageId,
+                }
+              : {}),
+          });
+        try {
+          await send(attributes);
+        } catch (error) {
+          // A size limit we could not read: SQS answers InvalidParameterValue. The original
+          // attributes alone fit wherever the original did, so try once more without ours
+          // rather than fail the same way on every redelivery.
+          const bare = originalAttributes(message);
+          if (!(error instanceof SqsOperationError && error.sqsCode === 'InvalidParameterValue')) throw error;
+          if (Object.keys(bare).length === Object.keys(attributes).length) throw error;
+          this.log.warn(
+            'sqs: the dead-lettered copy was refused; sending it without its oncely-* attributes',
+            {
+              error,
+              reason,
+              detail,
+              brokerMessageId: message.MessageId,
+            },
+          );
+          await send(bare);
+        }
         this.stats.deadLettered++;
         // Not batched: the copy exists now, so the window in which it and the original
         // both exist stays as short as one request.
         await this.queue.deleteNow(delivery.receiptHandle);
         return;
       }
-      case 'native-redrive':
-        // SQS moves it once ApproximateReceiveCount passes maxReceiveCount.
-        this.log.warn(`sqs: leaving the message to SQS's redrive (after ${route.maxReceiveCount} receives)`, {
-          reason,
-          detail,
-          brokerMessageId: delivery.message.MessageId,
-        });
-        await this.queue.changeVisibility(delivery.receiptHandle, 0);
-        return;
-      case 'none': {
-        // Park it as long as SQS allows: never processed unprotected, never dropped.
+      case 'native-redrive': {
+        // SQS moves it once ApproximateReceiveCount passes maxReceiveCount, which takes one
+        // more receive per count. Visibility 0 would spin it through those receives (and
+        // this consumer's store) at once; a visibility timeout per receive paces them like
+        // a consumer that crashed on it.
         const seconds = Math.max(
           0,
-          Math.floor((delivery.receivedAt + MAX_TOTAL_VISIBILITY_MS - 5000 - Date.now()) / 1000),
+          Math.min(Math.ceil(this.visibilityMs / 1000), delivery.secondsLeftUnderCap()),
         );
-        await this.queue.changeVisibility(delivery.receiptHandle, seconds).catch(() => {});
+        this.log.warn(
+          `sqs: leaving the message to SQS's redrive (after ${route.maxReceiveCount} receives, one every ${seconds} s)`,
+          { reason, detail, brokerMessageId: delivery.message.MessageId },
+        );
+        await this.queue.changeVisibility(delivery.receiptHandle, seconds);
+        return;
+      }
+      case 'none': {
+        const seconds = await this.park(delivery);
         throw new BrokerMisconfiguredError(
           `cannot dead-letter (${reason}: ${detail}): ${this.settings.queueUrl} has no dead-letter destination; the message is parked for ${seconds} s. Configure broker.deadLetterQueueUrl or a RedrivePolicy.`,
         );
       }
     }
   }
+
+  /** Park a message as long as SQS allows: never processed unprotected, never dropped. Returns the seconds. */
+  private async park(delivery: SqsDelivery): Promise<number> {
+    const seconds = Math.max(
+      0,
+      Math.floor((delivery.receivedAt + MAX_TOTAL_VISIBILITY_MS - 5000 - Date.now()) / 1000),
+    );
+    await this.queue.changeVisibility(delivery.receiptHandle, seconds).catch(() => {});
+    return seconds;
+  }
+
+  /** {@link deadLetterAttributes}, with a warning when the reason did not fit. */
+  private deadLetterCopyAttributes(
+    message: SqsMessage,
+    reason: DeadLetterReason,
+    detail: string,
+    maxMessageBytes: number | undefined,
+  ): Record<string, MessageAttributeValue> {
+    const attributes = deadLetterAttributes(message, reason, detail, maxMessageBytes);
+    if (attributes[DEAD_LETTER_ATTRIBUTES.reason]?.StringValue !== reason) {
+      this.log.warn(
+        `sqs: the dead-lettered copy has no room for ${DEAD_LETTER_ATTRIBUTES.reason} (SQS allows ${MAX_MESSAGE_ATTRIBUTES} attributes, and the dead-letter queue's MaximumMessageSize bounds body plus attributes)`,
+        { reason, detail, brokerMessageId: message.MessageId },
+      );
+    }
+    return attributes;
+  }
 }
 
 /**
- * The dead-lettered copy's attributes: the reason first, then the original attributes
- * (so the message keeps its ID), then the detail and the source MessageId while there
- * is room under SQS's limit of 10.
+ * The dead-lettered copy's attributes: every original attribute (SQS allows 10, so
+ * the copy always keeps them all, its `message-id` included, and replays as the same
+ * message), then, while there is room under that limit and under `maxMessageBytes` (the
+ * dead-letter queue's MaximumMessageSize, body included), the reason, the detail and the
+ * source MessageId. An original attribute named like one of Oncely's keeps its value.
+ *
+ * @example
+ * ```ts
+ * const attributes = deadLetterAttributes(message, 'max-attempts', 'boom');
+ * const reasonKept = DEAD_LETTER_ATTRIBUTES.reason in attributes; // false when the original had 10
+ * ```
  */
 export function deadLetterAttributes(
   message: SqsMessage,
   reason: DeadLetterReason,
   detail: string,
+  maxMessageBytes = Number.POSITIVE_INFINITY,
 ): Record<string, MessageAttributeValue> {
-  const attributes: Record<string, MessageAttributeValue> = {
-    [DEAD_LETTER_ATTRIBUTES.reason]: { DataType: 'String', StringValue: reason },
+  const attributes = originalAttributes(message);
+  const body = message.Body ?? '';
+  const add = (name: string, value: string) => {
+    if (name in attributes || Object.keys(attributes).length >= MAX_MESSAGE_ATTRIBUTES) return;
+    const candidate = { ...attributes, [name]: { DataType: 'String', StringValue: value } };
+    if (messageSize(body, candidate) <= maxMessageBytes) Object.assign(attributes, candidate);
   };
-  const room = () => Object.keys(attributes).length < MAX_MESSAGE_ATTRIBUTES;
+  add(DEAD_LETTER_ATTRIBUTES.reason, reason);
+  const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
+  if (trimmed !== '') add(DEAD_LETTER_ATTRIBUTES.detail, trimmed);
+  if (message.MessageId) add(DEAD_LETTER_ATTRIBUTES.sourceMessageId, message.MessageId);
+  return attributes;
+}
+
+/** The message's own attributes, as a SendMessage takes them. */
+function originalAttributes(message: SqsMessage): Record<string, MessageAttributeValue> {
+  const attributes: Record<string, MessageAttributeValue> = {};
   for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
-    if (!room()) break;
-    if (name in attributes) continue;
     attributes[name] = {
       DataType: value.DataType,
       StringValue: value.StringValue,
       BinaryValue: value.BinaryValue,
     };
   }
-  const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
-  if (room() && trimmed !== '') {
-    attributes[DEAD_LETTER_ATTRIBUTES.detail] = { DataType: 'String', StringValue: trimmed };
-  }
-  if (room() && message.MessageId) {
-    attributes[DEAD_LETTER_ATTRIBUTES.sourceMessageId] = {
-      DataType: 'String',
-      StringValue: message.MessageId,
-    };
-  }
   return attributes;
+}
+
+/**
+ * A message's size as SQS counts it against MaximumMessageSize: the body plus, for each
+ * attribute, its name, data type and value, in bytes.
+ */
+function messageSize(body: string, attributes: Record<string, MessageAttributeValue>): number {
+  let size = Buffer.byteLength(body, 'utf8');
+  for (const [name, value] of Object.entries(attributes)) {
+    size += Buffer.byteLength(name, 'utf8') + Buffer.byteLength(value.DataType ?? '', 'utf8');
+    if (value.StringValue !== undefined) size += Buffer.byteLength(value.StringValue, 'utf8');
+    if (value.BinaryValue !== undefined) size += value.BinaryValue.byteLength;
+  }
+  return size;
+}
+
+/**
+ * The ID is read from a message attribute under the default strategy: a list of
+ * attributes to fetch that leaves it out would make every message `missing-id`.
+ */
+function withIdAttribute(names: string[], strategy: IdStrategy): string[] {
+  if (names.includes('All') || names.includes('.*')) return ['All'];
+  if (typeof strategy !== 'object' || names.includes(strategy.attribute)) return names;
+  return [...names, strategy.attribute];
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -1,4 +1,5 @@
 import {
+  ChangeMessageVisibilityBatchCommand,
   ChangeMessageVisibilityCommand,
   DeleteMessageBatchCommand,
   DeleteMessageCommand,
@@ -16,6 +17,12 @@ import { isQueueMissingError, toSettlementError } from './errors.js';
 
 /** How long acks wait for company before one DeleteMessageBatch goes out. */
 export const DELETE_BATCH_WINDOW_MS = 5;
+
+/**
+ * How long a visibility renewal waits for company before it goes out: the heartbeats of
+ * messages received together fall due together, and share one ChangeMessageVisibilityBatch.
+ */
+export const RENEW_BATCH_WINDOW_MS = 5;
 
 /** SQS accepts at most 10 entries per batch call. */
 const BATCH_LIMIT = 10;
@@ -42,6 +49,8 @@ export interface QueueFacts {
   contentBasedDeduplication: boolean;
   /** The queue's default visibility timeout. */
   visibilityTimeoutMs: number;
+  /** The queue's `MaximumMessageSize` in bytes (body plus message attributes). */
+  maximumMessageSize?: number;
   /** Native redrive, when the queue has a RedrivePolicy. */
   redrive?: { deadLetterTargetArn: string; maxReceiveCount: number };
 }
@@ -50,6 +59,11 @@ interface PendingDelete {
   receiptHandle: string;
   resolve(): void;
   reject(error: Error): void;
+}
+
+interface PendingRenewal extends PendingDelete {
+  seconds: number;
+  signal?: AbortSignal;
 }
 
 /**
@@ -68,6 +82,8 @@ interface PendingDelete {
 export class SqsQueueClient {
   private pending: PendingDelete[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private renewals: PendingRenewal[] = [];
+  private renewTimer: NodeJS.Timeout | undefined;
   private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
@@ -109,6 +125,8 @@ export class SqsQueueClient {
     visibilitySeconds: number;
     waitSeconds: number;
     signal?: AbortSignal;
+    /** @default ['All'] */
+    attributeNames?: string[];
   }): Promise<SqsMessage[]> {
     const out = await this.client.send(
       new ReceiveMessageCommand({
@@ -117,7 +135,7 @@ export class SqsQueueClient {
         WaitTimeSeconds: options.waitSeconds,
         VisibilityTimeout: options.visibilitySeconds,
         MessageSystemAttributeNames: SYSTEM_ATTRIBUTES,
-        MessageAttributeNames: ['All'],
+        MessageAttributeNames: options.attributeNames ?? ['All'],
       }),
       { abortSignal: options.signal },
     );
@@ -125,7 +143,7 @@ export class SqsQueueClient {
   }
 
   /** Sets the visibility timeout of one receipt handle, counted from now. */
-  async changeVisibility(receiptHandle: string, seconds: number): Promise<void> {
+  async changeVisibility(receiptHandle: string, seconds: number, signal?: AbortSignal): Promise<void> {
     try {
       await this.client.send(
         new ChangeMessageVisibilityCommand({
@@ -133,9 +151,59 @@ export class SqsQueueClient {
           ReceiptHandle: receiptHandle,
           VisibilityTimeout: seconds,
         }),
+        { abortSignal: signal },
       );
     } catch (error) {
       throw toSettlementError('ChangeMessageVisibility', error);
+    }
+  }
+
+  /**
+   * Renews one receipt's visibility (a heartbeat). Renewals arriving within a few
+   * milliseconds of each other share one ChangeMessageVisibilityBatch (10 entries at most);
+   * a lone one goes out as a plain ChangeMessageVisibility. A per-entry `Failed[]` result
+   * rejects only that renewal (stale handle: `LeaseLostError`).
+   */
+  renewVisibility(receiptHandle: string, seconds: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.renewals.push({ receiptHandle, seconds, signal, resolve, reject });
+      if (this.renewals.length >= BATCH_LIMIT) this.flushRenewals();
+      else this.renewTimer ??= setTimeout(() => this.flushRenewals(), RENEW_BATCH_WINDOW_MS);
+    });
+  }
+
+  private flushRenewals(): void {
+    clearTimeout(this.renewTimer);
+    this.renewTimer = undefined;
+    while (this.renewals.length > 0) {
+      const batch = this.renewals.splice(0, BATCH_LIMIT);
+      if (batch.length === 1) {
+        const [one] = batch as [PendingRenewal];
+        this.changeVisibility(one.receiptHandle, one.seconds, one.signal).then(one.resolve, one.reject);
+      } else {
+        void this.renewBatch(batch);
+      }
+    }
+  }
+
+  private async renewBatch(batch: PendingRenewal[]): Promise<void> {
+    try {
+      const out = await this.client.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((entry, index) => ({
+            Id: String(index),
+            ReceiptHandle: entry.receiptHandle,
+            VisibilityTimeout: entry.seconds,
+          })),
+        }),
+        // Given up only when every entry has given up.
+        { abortSignal: anySignal(batch.map((entry) => entry.signal)) },
+      );
+      settleEntries('ChangeMessageVisibilityBatch', batch, out);
+    } catch (error) {
+      const mapped = toSettlementError('ChangeMessageVisibilityBatch', error);
+      for (const entry of batch) entry.reject(mapped);
     }
   }
 
@@ -170,6 +238,7 @@ export class SqsQueueClient {
 
   /** Sends every waiting delete now and waits for all deletes in flight. */
   async drain(): Promise<void> {
+    this.flushRenewals();
     this.flush();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
@@ -193,26 +262,51 @@ export class SqsQueueClient {
           Entries: batch.map((entry, index) => ({ Id: String(index), ReceiptHandle: entry.receiptHandle })),
         }),
       );
-      const failed = new Map((out.Failed ?? []).map((entry) => [entry.Id, entry]));
-      const succeeded = new Set((out.Successful ?? []).map((entry) => entry.Id));
-      batch.forEach((entry, index) => {
-        const failure = failed.get(String(index));
-        if (failure) entry.reject(toSettlementError('DeleteMessageBatch', failure));
-        else if (succeeded.has(String(index))) entry.resolve();
-        else {
-          entry.reject(
-            toSettlementError('DeleteMessageBatch', {
-              Code: 'MissingResult',
-              Message: 'entry neither succeeded nor failed',
-            }),
-          );
-        }
-      });
+      settleEntries('DeleteMessageBatch', batch, out);
     } catch (error) {
       const mapped = toSettlementError('DeleteMessageBatch', error);
       for (const entry of batch) entry.reject(mapped);
     }
   }
+}
+
+/** Resolves or rejects each entry of a batch call from its per-entry results. */
+function settleEntries(
+  operation: string,
+  batch: PendingDelete[],
+  out: {
+    Failed?: Array<{ Id?: string; Code?: string; Message?: string }>;
+    Successful?: Array<{ Id?: string }>;
+  },
+): void {
+  const failed = new Map((out.Failed ?? []).map((entry) => [entry.Id, entry]));
+  const succeeded = new Set((out.Successful ?? []).map((entry) => entry.Id));
+  batch.forEach((entry, index) => {
+    const failure = failed.get(String(index));
+    if (failure) entry.reject(toSettlementError(operation, failure));
+    else if (succeeded.has(String(index))) entry.resolve();
+    else {
+      entry.reject(
+        toSettlementError(operation, {
+          Code: 'MissingResult',
+          Message: 'entry neither succeeded nor failed',
+        }),
+      );
+    }
+  });
+}
+
+/** Aborts once every given signal has aborted; undefined when any entry has none. */
+function anySignal(signals: Array<AbortSignal | undefined>): AbortSignal | undefined {
+  if (signals.some((signal) => signal === undefined)) return undefined;
+  const controller = new AbortController();
+  const all = signals as AbortSignal[];
+  const check = () => {
+    if (all.every((signal) => signal.aborted)) controller.abort();
+  };
+  for (const signal of all) signal.addEventListener('abort', check, { once: true });
+  check();
+  return controller.signal;
 }
 
 /** Interprets GetQueueAttributes output. */
@@ -237,6 +331,7 @@ export function parseQueueFacts(attributes: Record<string, string>): QueueFacts 
     fifo: attributes.FifoQueue === 'true',
     contentBasedDeduplication: attributes.ContentBasedDeduplication === 'true',
     visibilityTimeoutMs: Number(attributes.VisibilityTimeout ?? 30) * 1000,
+    maximumMessageSize: attributes.MaximumMessageSize ? Number(attributes.MaximumMessageSize) : undefined,
     redrive,
   };
 }

@@ -62,6 +62,12 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     checkRedrive(config, facts, findings);
     await checkDeadLetterQueue(queue, settings, facts, findings);
     checkDeduplication(config, facts, findings);
+    if (facts.fifo && (settings.maxMessages ?? 1) > 1) {
+      findings.push({
+        level: 'warn',
+        message: `broker.maxMessages ${settings.maxMessages} on a FIFO queue: when a message is retried, the later messages of its group received with it are released and received again, one more ApproximateReceiveCount each (toward the RedrivePolicy's maxReceiveCount). The FIFO default is 1`,
+      });
+    }
   } finally {
     if (!settings.client) client.destroy();
   }
@@ -79,6 +85,13 @@ function checkVisibility(
   const origin = settings.visibilityTimeoutMs
     ? 'broker.visibilityTimeoutMs'
     : "the queue's VisibilityTimeout";
+  const heartbeatMs = settings.heartbeatIntervalMs ?? visibilityMs / 2;
+  if (heartbeatMs >= visibilityMs) {
+    findings.push({
+      level: 'error',
+      message: `broker.heartbeatIntervalMs ${heartbeatMs} is not below the visibility timeout (${visibilityMs} ms, ${origin}): start() refuses it`,
+    });
+  }
   if (handlerTimeoutMs > MAX_TOTAL_VISIBILITY_MS) {
     findings.push({
       level: 'error',
@@ -93,12 +106,12 @@ function checkVisibility(
   } else if (visibilityMs < 2000) {
     findings.push({
       level: 'warn',
-      message: `visibility timeout ${visibilityMs} ms (${origin}) is very short: the heartbeat must succeed every ${visibilityMs / 2} ms`,
+      message: `visibility timeout ${visibilityMs} ms (${origin}) is very short: the heartbeat must succeed every ${heartbeatMs} ms`,
     });
   } else {
     findings.push({
       level: 'ok',
-      message: `visibility timeout ${visibilityMs} ms (${origin}); ${visibilityMs < handlerTimeoutMs ? `the heartbeat extends it every ${visibilityMs / 2} ms up to handlerTimeoutMs ${handlerTimeoutMs} ms` : `covers handlerTimeoutMs ${handlerTimeoutMs} ms`}`,
+      message: `visibility timeout ${visibilityMs} ms (${origin}); ${visibilityMs < handlerTimeoutMs ? `the heartbeat extends it every ${heartbeatMs} ms up to handlerTimeoutMs ${handlerTimeoutMs} ms` : `covers handlerTimeoutMs ${handlerTimeoutMs} ms`}`,
     });
   }
   if (!settings.visibilityTimeoutMs && facts.visibilityTimeoutMs < 1000) {

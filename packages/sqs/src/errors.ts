@@ -16,6 +16,29 @@ function bareCode(raw: string): string {
 /** SQS codes that say a receipt handle no longer holds the message. */
 const STALE_HANDLE_CODES = new Set(['ReceiptHandleIsInvalid', 'MessageNotInflight']);
 
+/**
+ * Codes of a client whose credentials SQS refuses, or that has none (sqs-consumer's
+ * `authenticationErrorTimeout` list, plus the AWS auth codes): polling again at once only
+ * adds failed calls.
+ */
+const CREDENTIAL_CODES = new Set([
+  'CredentialsError',
+  'CredentialsProviderError',
+  'InvalidClientTokenId',
+  'UnrecognizedClientException',
+  'SignatureDoesNotMatch',
+  'InvalidSignatureException',
+  'IncompleteSignature',
+  'MissingAuthenticationToken',
+  'ExpiredToken',
+  'ExpiredTokenException',
+  'RequestExpired',
+  'AccessDenied',
+  'AccessDeniedException',
+  'InvalidSecurity',
+  'InvalidAccessKeyId',
+]);
+
 /** SQS codes for a queue that does not exist (JSON protocol name and query-protocol code). */
 const MISSING_QUEUE_CODES = new Set(['QueueDoesNotExist', 'NonExistentQueue']);
 
@@ -121,6 +144,22 @@ export function isStaleReceiptError(error: unknown): boolean {
  */
 export function isQueueMissingError(error: unknown): boolean {
   return sqsErrorCodes(error).some((code) => MISSING_QUEUE_CODES.has(code));
+}
+
+/**
+ * True when SQS refused the caller's credentials or the client has none (an expired
+ * session token, a rotated key, no credential provider, HTTP 403): the receive loop then
+ * waits `authErrorBackoffMs` before polling again. By code and status, never by message text.
+ *
+ * @example
+ * ```ts
+ * if (isCredentialError(error)) console.error('check the SQS credentials');
+ * ```
+ */
+export function isCredentialError(error: unknown): boolean {
+  if (sqsErrorCodes(error).some((code) => CREDENTIAL_CODES.has(code))) return true;
+  const status = (error as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
+  return status === 403;
 }
 
 /**

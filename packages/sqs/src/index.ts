@@ -4,6 +4,7 @@ export type { SqsConsumerOptions } from './createSqsConsumer.js';
 export { createSqsConsumer } from './createSqsConsumer.js';
 export { diagnose } from './diagnose.js';
 export {
+  isCredentialError,
   isQueueMissingError,
   isStaleReceiptError,
   SQS_OPERATION_FAILED,
@@ -14,4 +15,6 @@ export type { DeadLetterRoute, SqsAdapterOptions, SqsAdapterStats } from './SqsA
 export { DEAD_LETTER_ATTRIBUTES, SqsAdapter } from './SqsAdapter.js';
 export { MAX_TOTAL_VISIBILITY_MS } from './SqsDelivery.js';
 export type { QueueFacts } from './SqsQueueClient.js';
+export type { OutgoingSqsMessage, SendRetryOptions, SentSqsMessage } from './sendMessage.js';
+export { MESSAGE_ID_ATTRIBUTE, sendMessage } from './sendMessage.js';
 export type { SqsBrokerConfig } from './sqsConfig.js';

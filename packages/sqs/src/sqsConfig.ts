@@ -4,6 +4,10 @@ import { ConfigError } from '@oncely/core';
 /** SQS allows a visibility timeout of at most 12 hours (43,200 s). */
 export const MAX_VISIBILITY_MS = 43_200_000;
 
+/** Pause after an empty short poll (`waitTimeSeconds: 0`) when `pollingWaitTimeMs` is not set. */
+const DEFAULT_SHORT_POLL_PAUSE_MS = 1000;
+const MAX_POLLING_WAIT_MS = 3_600_000;
+
 /**
  * The `broker` section of a consumer config for Amazon SQS.
  *
@@ -38,10 +42,54 @@ export interface SqsBrokerConfig {
    * @default the queue's own VisibilityTimeout attribute
    */
   visibilityTimeoutMs?: number;
+  /**
+   * How often a held message's visibility is renewed (ChangeMessageVisibility, which
+   * counts from the call), 100 up to below the visibility timeout. Each renewal sets the
+   * visibility to `visibilityTimeoutMs` again (or to twice this interval, if longer).
+   * @default half the visibility timeout
+   */
+  heartbeatIntervalMs?: number;
   /** Long-poll wait per ReceiveMessage call, 0 to 20. @default 20 */
   waitTimeSeconds?: number;
-  /** Most messages per ReceiveMessage call, 1 to 10 (also bounded by free handler slots). @default 10 */
+  /**
+   * Pause after a ReceiveMessage call that returned nothing, before the next one
+   * (sqs-consumer's option of the same name). 0 to 3600000. Without it, short polling
+   * (`waitTimeSeconds: 0`) on an empty queue would call SQS in a tight loop.
+   * @default 1000 when `waitTimeSeconds` is 0, else 0 (the long poll already waited)
+   */
+  pollingWaitTimeMs?: number;
+  /**
+   * Most messages per ReceiveMessage call, 1 to 10 (also bounded by free handler slots).
+   * On a FIFO queue the default is 1: SQS can return several messages of one group in
+   * one receive, and when the first of them is retried the others cannot be held (SQS
+   * blocks the group while any of its messages is in flight, so the retried one would
+   * not come back): they are released and received again, one more
+   * `ApproximateReceiveCount` each time. Set it higher for throughput and accept that.
+   * @default 10 on a standard queue, 1 on a FIFO queue
+   */
   maxMessages?: number;
+  /**
+   * Message attributes each ReceiveMessage asks for (SQS `MessageAttributeNames`: names,
+   * `prefix.*`, or `All`). The ID strategy's attribute (`message-id` by default) is always
+   * added. 1 to 10 names (SQS allows 10 attributes per message), each up to 256 characters.
+   * @default ['All']
+   */
+  messageAttributeNames?: string[];
+  /**
+   * Pause after a ReceiveMessage refused for credentials (an expired token, a rotated key,
+   * HTTP 403) before polling again, 0 to 3600000 (sqs-consumer's
+   * `authenticationErrorTimeout`). Other receive failures back off from 200 ms to 5 s.
+   * @default 10000
+   */
+  authErrorBackoffMs?: number;
+  /**
+   * What `stop()` does with a long poll in progress. `false`: it is left to answer (at
+   * most `waitTimeSeconds`) and what it returns is released at once (visibility 0).
+   * `true`: it is aborted at once; a message SQS hands to the abandoned request stays
+   * invisible for a whole visibility timeout (the server does not notice the closed
+   * connection). @default false
+   */
+  abortPollOnStop?: boolean;
   /**
    * Queue that receives dead-lettered messages (explicit send with the reason as a
    * message attribute, then delete). @default the target of the queue's RedrivePolicy, if any
@@ -57,8 +105,14 @@ export interface SqsSettings {
   region?: string;
   credentials?: SQSClientConfig['credentials'];
   visibilityTimeoutMs?: number;
+  heartbeatIntervalMs?: number;
   waitTimeSeconds: number;
-  maxMessages: number;
+  pollingWaitTimeMs: number;
+  abortPollOnStop: boolean;
+  messageAttributeNames: string[];
+  authErrorBackoffMs: number;
+  /** Undefined: the default for the queue's type, decided at start. */
+  maxMessages?: number;
   deadLetterQueueUrl?: string;
 }
 
@@ -70,7 +124,12 @@ const KNOWN_OPTIONS = new Set([
   'region',
   'credentials',
   'visibilityTimeoutMs',
+  'heartbeatIntervalMs',
   'waitTimeSeconds',
+  'pollingWaitTimeMs',
+  'abortPollOnStop',
+  'messageAttributeNames',
+  'authErrorBackoffMs',
   'maxMessages',
   'deadLetterQueueUrl',
 ]);
@@ -147,8 +206,26 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     MAX_VISIBILITY_MS,
     'broker.visibilityTimeoutMs',
   );
+  const heartbeatIntervalMs = integer(
+    broker.heartbeatIntervalMs,
+    100,
+    MAX_VISIBILITY_MS - 1,
+    'broker.heartbeatIntervalMs',
+  );
+  const roundedVisibility =
+    visibilityTimeoutMs === undefined ? undefined : Math.ceil(visibilityTimeoutMs / 1000) * 1000;
+  if (heartbeatIntervalMs !== undefined && roundedVisibility !== undefined) {
+    checkHeartbeat(heartbeatIntervalMs, roundedVisibility);
+  }
   const waitTimeSeconds = integer(broker.waitTimeSeconds, 0, 20, 'broker.waitTimeSeconds') ?? 20;
-  const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages') ?? 10;
+  const pollingWaitTimeMs =
+    integer(broker.pollingWaitTimeMs, 0, MAX_POLLING_WAIT_MS, 'broker.pollingWaitTimeMs') ??
+    (waitTimeSeconds === 0 ? DEFAULT_SHORT_POLL_PAUSE_MS : 0);
+  const maxMessages = integer(broker.maxMessages, 1, 10, 'broker.maxMessages');
+  const abortPollOnStop = boolean(broker.abortPollOnStop, 'broker.abortPollOnStop') ?? false;
+  const messageAttributeNames = attributeNames(broker.messageAttributeNames) ?? ['All'];
+  const authErrorBackoffMs =
+    integer(broker.authErrorBackoffMs, 0, MAX_POLLING_WAIT_MS, 'broker.authErrorBackoffMs') ?? 10_000;
   return {
     queueUrl,
     client: client as SQSClient | undefined,
@@ -156,12 +233,34 @@ export function parseSqsConfig(broker: Record<string, unknown>): SqsSettings {
     region: (region as string | undefined) ?? (client ? undefined : regionFromQueueUrl(queueUrl)),
     credentials: credentials as SQSClientConfig['credentials'],
     // SQS takes whole seconds; rounding up keeps the declared lease honest.
-    visibilityTimeoutMs:
-      visibilityTimeoutMs === undefined ? undefined : Math.ceil(visibilityTimeoutMs / 1000) * 1000,
+    visibilityTimeoutMs: roundedVisibility,
+    heartbeatIntervalMs,
     waitTimeSeconds,
+    pollingWaitTimeMs,
+    abortPollOnStop,
+    messageAttributeNames,
+    authErrorBackoffMs,
     maxMessages,
     deadLetterQueueUrl,
   };
+}
+
+/**
+ * A renewal must come before the visibility runs out (sqs-consumer's rule too). Checked
+ * at parse time when `visibilityTimeoutMs` is given, else at start against the queue's.
+ *
+ * @example
+ * ```ts
+ * checkHeartbeat(10_000, 30_000); // fine; checkHeartbeat(30_000, 30_000) throws ConfigError
+ * ```
+ */
+export function checkHeartbeat(heartbeatIntervalMs: number, visibilityMs: number): void {
+  if (heartbeatIntervalMs >= visibilityMs) {
+    throw new ConfigError(
+      'broker.heartbeatIntervalMs',
+      `must be below the visibility timeout (${visibilityMs} ms), got ${heartbeatIntervalMs}`,
+    );
+  }
 }
 
 /** `https://sqs.eu-west-1.amazonaws.com/…` → `eu-west-1`; undefined when the host does not say. */
@@ -191,6 +290,31 @@ function integer(value: unknown, min: number, max: number, field: string): numbe
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${show(value)}`);
   }
+  return value;
+}
+
+function attributeNames(value: unknown): string[] | undefined {
+  const field = 'broker.messageAttributeNames';
+  if (value === undefined) return undefined;
+  // From the environment: a comma-separated list.
+  const list = typeof value === 'string' ? value.split(',').map((name) => name.trim()) : value;
+  if (
+    !Array.isArray(list) ||
+    list.length < 1 ||
+    list.length > 10 ||
+    !list.every((name) => typeof name === 'string' && /^[A-Za-z0-9_.-]{1,256}(\.\*)?$|^\.\*$/.test(name))
+  ) {
+    throw new ConfigError(
+      field,
+      `must be 1 to 10 attribute names (letters, digits, _ - .; a name may end in .*; or 'All'), got ${show(value)}`,
+    );
+  }
+  return list as string[];
+}
+
+function boolean(value: unknown, field: string): boolean | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'boolean') throw new ConfigError(field, `must be true or false, got ${show(value)}`);
   return value;
 }
 

@@ -358,11 +358,11 @@ describe.skipIf(!hasPostgres)('SQS adapter (fauxqs + PostgreSQL)', () => {
     await expect(consumer.start()).rejects.toBeInstanceOf(BrokerMisconfiguredError);
   });
 
-  it('stop() aborts a 20 s long poll at once', async () => {
+  it('stop() with abortPollOnStop aborts a 20 s long poll at once', async () => {
     const queue = await emulator.createQueue('stop', { VisibilityTimeout: '5' });
     const consumer = createSqsConsumer({
       name: 'stop',
-      broker: { queueUrl: queue.url, client: emulator.client, waitTimeSeconds: 20 },
+      broker: { queueUrl: queue.url, client: emulator.client, waitTimeSeconds: 20, abortPollOnStop: true },
       store: db.store,
       logger: silentLogger,
       handler: insertEffect,

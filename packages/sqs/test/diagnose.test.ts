@@ -37,6 +37,15 @@ describe('diagnose', () => {
     expect(find(report, 'error', 'does not exist')).toBeDefined();
   });
 
+  it('reports a heartbeat not below the visibility, and maxMessages above 1 on a FIFO queue', async () => {
+    const queue = await emulator.createQueue('diag-hb', { VisibilityTimeout: '4' }, true);
+    const report = await diagnose(
+      config({ queueUrl: queue.url, heartbeatIntervalMs: 4000, maxMessages: 10 }),
+    );
+    expect(find(report, 'error', 'broker.heartbeatIntervalMs 4000')).toBeDefined();
+    expect(find(report, 'warn', 'broker.maxMessages 10 on a FIFO queue')).toBeDefined();
+  });
+
   it('reports a bad broker option as an error naming the field', async () => {
     const report = await diagnose(config({ queueUrl: 'http://x/q', maxMessages: 50 }));
     expect(find(report, 'error', 'broker.maxMessages')).toBeDefined();

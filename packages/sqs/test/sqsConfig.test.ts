@@ -18,9 +18,40 @@ function fieldOf(fn: () => unknown): string | undefined {
 describe('parseSqsConfig', () => {
   it('fills in defaults and takes the region from the queue URL', () => {
     const settings = parseSqsConfig({ type: 'sqs', queueUrl });
-    expect(settings).toMatchObject({ queueUrl, waitTimeSeconds: 20, maxMessages: 10, region: 'eu-west-1' });
+    expect(settings).toMatchObject({ queueUrl, waitTimeSeconds: 20, region: 'eu-west-1' });
+    // Decided at start from the queue's type (10 standard, 1 FIFO).
+    expect(settings.maxMessages).toBeUndefined();
     expect(settings.visibilityTimeoutMs).toBeUndefined();
     expect(regionFromQueueUrl('http://sqs.us-east-1.localhost:4566/000000000000/q')).toBe('us-east-1');
+  });
+
+  it('pauses 1 s after an empty short poll by default, not after an empty long poll', () => {
+    expect(parseSqsConfig({ type: 'sqs', queueUrl }).pollingWaitTimeMs).toBe(0);
+    expect(parseSqsConfig({ type: 'sqs', queueUrl, waitTimeSeconds: 0 }).pollingWaitTimeMs).toBe(1000);
+    expect(
+      parseSqsConfig({ type: 'sqs', queueUrl, waitTimeSeconds: 0, pollingWaitTimeMs: 0 }).pollingWaitTimeMs,
+    ).toBe(0);
+    expect(fieldOf(() => parseSqsConfig({ type: 'sqs', queueUrl, pollingWaitTimeMs: -1 }))).toBe(
+      'broker.pollingWaitTimeMs',
+    );
+  });
+
+  it('checks messageAttributeNames and heartbeatIntervalMs', () => {
+    expect(parseSqsConfig({ type: 'sqs', queueUrl }).messageAttributeNames).toEqual(['All']);
+    expect(
+      parseSqsConfig({ type: 'sqs', queueUrl, messageAttributeNames: 'a, b.*' }).messageAttributeNames,
+    ).toEqual(['a', 'b.*']);
+    expect(fieldOf(() => parseSqsConfig({ type: 'sqs', queueUrl, messageAttributeNames: [] }))).toBe(
+      'broker.messageAttributeNames',
+    );
+    expect(
+      fieldOf(() => parseSqsConfig({ type: 'sqs', queueUrl, messageAttributeNames: ['bad name'] })),
+    ).toBe('broker.messageAttributeNames');
+    expect(
+      fieldOf(() =>
+        parseSqsConfig({ type: 'sqs', queueUrl, visibilityTimeoutMs: 5000, heartbeatIntervalMs: 5000 }),
+      ),
+    ).toBe('broker.heartbeatIntervalMs');
   });
 
   it('rounds the visibility timeout up to whole seconds', () => {

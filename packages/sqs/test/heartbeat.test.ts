@@ -1,0 +1,109 @@
+import { silentLogger } from '@oncely/core';
+import { ConsumerSpy, waitFor } from '@oncely/testkit';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createSqsConsumer } from '../src/index.js';
+import { type Emulator, send, startEmulator } from './fauxqs.js';
+import { type FaultyClient, faultyClient } from './sqsFaults.js';
+import { createTestDatabase, postgresAvailable, type TestDatabase } from './support.js';
+
+// Visibility heartbeat under failures (issue 11, SQS 2). A renewal that fails once must
+// not declare the lease lost while the visibility still has time left: the adapter
+// retries it soon, within what is left. Failures are injected into the real client's
+// middleware (an SQS `RequestThrottled` after the SDK gave up); fauxqs serves the rest.
+
+const VISIBILITY_MS = 2000;
+const hasPostgres = await postgresAvailable();
+
+describe.skipIf(!hasPostgres)('SQS visibility heartbeat under failed renewals (fauxqs + PostgreSQL)', () => {
+  let emulator: Emulator;
+  let db: TestDatabase;
+  let failed = false;
+  const cleanups: Array<() => Promise<void> | void> = [];
+
+  beforeAll(async () => {
+    emulator = await startEmulator();
+    db = await createTestDatabase('beat');
+  });
+  afterEach(async (ctx) => {
+    if (ctx.task.result?.state === 'fail') failed = true;
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+  afterAll(async () => {
+    await db?.cleanup(failed);
+    await emulator?.stop();
+  });
+
+  /** A consumer whose handler holds each message until one renewal succeeded (or the lease is lost). */
+  async function start(name: string, faults: FaultyClient, broker: Record<string, unknown>) {
+    const queue = await emulator.createQueue(name, { VisibilityTimeout: String(VISIBILITY_MS / 1000) });
+    let spy: ConsumerSpy | undefined;
+    const consumer = createSqsConsumer({
+      name,
+      broker: { queueUrl: queue.url, client: faults.client, visibilityTimeoutMs: VISIBILITY_MS, ...broker },
+      store: db.store,
+      concurrency: 2,
+      handlerTimeoutMs: 20_000,
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        await Promise.race([
+          spy!.waitFor('leaseRenewed', (e) => e.event.messageId === message.id, 15_000),
+          new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true })),
+        ]);
+        ctx.signal.throwIfAborted();
+        await ctx.tx.query(`INSERT INTO ${db.effects}(message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    spy = new ConsumerSpy().attach(consumer);
+    cleanups.push(() => consumer.stop());
+    return { queue, consumer, spy };
+  }
+
+  async function settled(spy: ConsumerSpy, id: string) {
+    await waitFor(
+      () => spy.countFor('processed', id) + spy.countFor('leaseLost', id) + spy.countFor('failed', id) > 0,
+      { timeoutMs: 20_000, description: `${id} processed or lost` },
+    );
+  }
+
+  it('a message that arrives late in a long poll survives one failed renewal', async () => {
+    const faults = faultyClient(emulator.endpoint);
+    cleanups.push(() => faults.destroy());
+    faults.failNext('ChangeMessageVisibility', 1);
+    faults.failNext('ChangeMessageVisibilityBatch', 1);
+    const { queue, consumer, spy } = await start('late', faults, { waitTimeSeconds: 5 });
+    await consumer.start();
+    // The message arrives 1.5 s into the long poll (this pause is the scenario, not a wait
+    // for a result): SQS starts its visibility clock when it hands the message out.
+    await waitFor(() => (faults.calls.get('ReceiveMessage') ?? 0) > 0, {
+      description: 'a long poll running',
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await send(faults.client, queue.url, [{ id: 'late-1', body: '{}' }]);
+    await settled(spy, 'late-1');
+    expect(faults.injected('ChangeMessageVisibility') + faults.injected('ChangeMessageVisibilityBatch')).toBe(
+      1,
+    );
+    expect(spy.count('leaseLost'), spy.summary()).toBe(0);
+    expect(spy.countFor('processed', 'late-1')).toBe(1);
+    expect(spy.countFor('received', 'late-1')).toBe(1);
+    expect(await db.countEffects('late-1')).toBe(1);
+  }, 30_000);
+
+  it('two failed renewals in a row are retried within the visibility left, not half a visibility later', async () => {
+    const faults = faultyClient(emulator.endpoint);
+    cleanups.push(() => faults.destroy());
+    faults.failNext('ChangeMessageVisibility', 2);
+    faults.failNext('ChangeMessageVisibilityBatch', 2);
+    const { queue, consumer, spy } = await start('twice', faults, { waitTimeSeconds: 1 });
+    await send(faults.client, queue.url, [{ id: 'twice-1', body: '{}' }]);
+    await consumer.start();
+    await settled(spy, 'twice-1');
+    expect(faults.injected('ChangeMessageVisibility') + faults.injected('ChangeMessageVisibilityBatch')).toBe(
+      2,
+    );
+    expect(spy.count('leaseLost'), spy.summary()).toBe(0);
+    expect(spy.countFor('processed', 'twice-1')).toBe(1);
+    expect(spy.countFor('received', 'twice-1')).toBe(1);
+    expect(await db.countEffects('twice-1')).toBe(1);
+  }, 30_000);
+});
