@@ -1,0 +1,46 @@
+import { randomUUID } from 'node:crypto';
+import { type Message, PubSub, type Subscription } from '@google-cloud/pubsub';
+import { type PubSubEmulator, startPubSubEmulator } from '@oncely/emulators/pubsub';
+
+export const PROJECT = 'oncely-test';
+
+/** A unique resource ID per test, so tests never share a topic or a subscription. */
+export function uniqueName(label: string): string {
+  return `${label}-${randomUUID().slice(0, 8)}`;
+}
+
+/** The emulator in this process, with 1 s minimum ack deadlines for short lease tests. */
+export async function startEmulator(): Promise<PubSubEmulator> {
+  return startPubSubEmulator({ port: 0, minAckDeadlineSeconds: 1 });
+}
+
+/** A real client pointed at the emulator through its per-instance options (no global env). */
+export function clientFor(emulator: PubSubEmulator): PubSub {
+  return new PubSub({ projectId: PROJECT, apiEndpoint: emulator.address });
+}
+
+/** Resolves when `predicate` holds, polling every 10 ms; rejects after `timeoutMs`. */
+export async function waitFor(
+  predicate: () => boolean,
+  timeoutMs = 10_000,
+  what = 'condition',
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Collects the messages a subscription's `message` event hands out. */
+export function collect(subscription: Subscription, onMessage?: (message: Message) => void): Message[] {
+  const received: Message[] = [];
+  subscription.on('message', (message: Message) => {
+    received.push(message);
+    onMessage?.(message);
+  });
+  subscription.on('error', (error) => {
+    throw error;
+  });
+  return received;
+}
