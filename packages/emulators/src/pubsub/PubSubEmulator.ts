@@ -92,6 +92,8 @@ export interface EmulatedMessageView {
   deliveries: number;
   /** The valid ack ID while outstanding. */
   ackId?: string;
+  /** When the ack deadline lapses (epoch ms), while outstanding. */
+  deadline?: number;
 }
 
 /**
@@ -1239,6 +1241,7 @@ function view(entry: SubMessage): EmulatedMessageView {
     state: entry.state,
     deliveries: entry.deliveries,
     ...(entry.ackId ? { ackId: entry.ackId } : {}),
+    ...(entry.state === 'outstanding' ? { deadline: entry.deadline } : {}),
   };
 }
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { type Message, PubSub, type Subscription } from '@google-cloud/pubsub';
+import { type Message, PubSub, type Subscription, v1 } from '@google-cloud/pubsub';
+import { credentials } from '@grpc/grpc-js';
 import { type PubSubEmulator, startPubSubEmulator } from '@oncely/emulators/pubsub';
 
 export const PROJECT = 'oncely-test';
@@ -43,4 +44,31 @@ export function collect(subscription: Subscription, onMessage?: (message: Messag
     throw error;
   });
   return received;
+}
+
+/**
+ * The generated v1 client (what the synchronous-pull samples use), pointed at the
+ * emulator without TLS.
+ */
+export function subscriberClientFor(emulator: PubSubEmulator): v1.SubscriberClient {
+  return new v1.SubscriberClient({
+    servicePath: emulator.host,
+    port: emulator.port,
+    sslCreds: credentials.createInsecure(),
+    projectId: PROJECT,
+  });
+}
+
+/** `projects/{PROJECT}/subscriptions/{id}`. */
+export const subscriptionPath = (id: string) => `projects/${PROJECT}/subscriptions/${id}`;
+export const topicPath = (id: string) => `projects/${PROJECT}/topics/${id}`;
+
+/** The gRPC status code of a rejected call. */
+export async function codeOf(promise: Promise<unknown>): Promise<number | undefined> {
+  try {
+    await promise;
+    return undefined;
+  } catch (error) {
+    return (error as { code?: number }).code;
+  }
 }
