@@ -23,6 +23,11 @@ import { SettlementClient } from './SettlementClient.js';
 import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
 import { toEnvelope } from './toEnvelope.js';
 
+/** Batch window of the client's own ack/modAck queues (its receipt modAck). */
+const RECEIPT_MODACK_BATCH_MS = 10;
+/** How long after receipt a delayed modAck waits so the receipt modAck lands first. */
+const RECEIPT_MODACK_GUARD_MS = 250;
+
 /** Pub/Sub allows at most 100 attributes per message; the detail is cut to stay small. */
 const MAX_DETAIL_LENGTH = 1000;
 
@@ -236,6 +241,9 @@ export class PubSubAdapter implements BrokerAdapter {
         // zero maxExtensionTime the client drops each message from its own lease
         // management at its first pass (it never extends on its own).
         maxExtensionTime: Duration.from({ seconds: 0 }),
+        // The client's receipt modAck (the lease length) goes out within this window; a
+        // delayed retry waits for it to pass (see retry()).
+        batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
         // Close destroys the stream at once; the adapter nacks what it holds itself.
         closeOptions: {
           behavior: SubscriptionCloseBehaviors.NackImmediately,
@@ -416,6 +424,12 @@ export class PubSubAdapter implements BrokerAdapter {
    */
   private async retry(delivery: PubSubDelivery, delayMs: number): Promise<void> {
     this.dropQueuedOfKey(delivery);
+    // Without exactly-once the client sends its receipt modAck (the lease length) in a
+    // batch a few ms after receipt, without waiting for it. A handler that fails faster
+    // would see its delayed modAck overwritten by that later one: the retry would come
+    // after a whole lease instead of the backoff. Let the receipt modAck go first.
+    const wait = delivery.receivedAt + RECEIPT_MODACK_GUARD_MS - Date.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
     const seconds = this.subscriptionFacts?.retryPolicy
       ? 0
       : Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(0, Math.ceil(delayMs / 1000)));
