@@ -96,7 +96,7 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
     }
   }
   const subscription = broker.subscription;
-  if (typeof subscription !== 'string' || !SUBSCRIPTION_NAME.test(subscription)) {
+  if (typeof subscription !== 'string' || !validName(SUBSCRIPTION_NAME, subscription)) {
     throw new ConfigError(
       'broker.subscription',
       `must be a subscription ID or projects/{project}/subscriptions/{id}, got ${show(subscription)}`,
@@ -105,7 +105,7 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
   const deadLetterTopic = broker.deadLetterTopic;
   if (
     deadLetterTopic !== undefined &&
-    (typeof deadLetterTopic !== 'string' || !TOPIC_NAME.test(deadLetterTopic))
+    (typeof deadLetterTopic !== 'string' || !validName(TOPIC_NAME, deadLetterTopic))
   ) {
     throw new ConfigError(
       'broker.deadLetterTopic',
@@ -150,6 +150,11 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
     maxStreams: integer(broker.maxStreams, 1, 20, 'broker.maxStreams') ?? 1,
     deadLetterTopic: deadLetterTopic as string | undefined,
   };
+}
+
+/** The ID part must not start with `goog` (reserved by the service). */
+function validName(pattern: RegExp, name: string): boolean {
+  return pattern.test(name) && !/^goog/i.test(name.split('/').pop()!);
 }
 
 function integer(value: unknown, min: number, max: number, field: string): number | undefined {
