@@ -135,9 +135,10 @@ export interface PubSubEmulator {
   stop(): Promise<void>;
   /**
    * Test hook: shuts the server down (every connection and stream drops) and listens
-   * again on the same port, keeping topics, subscriptions, messages and leases.
+   * again on the same port after `downMs` (default 0), keeping topics, subscriptions,
+   * messages and leases (which keep running while it is down).
    */
-  restart(): Promise<void>;
+  restart(options?: { downMs?: number }): Promise<void>;
   /**
    * Test hook: ends the StreamingPull streams (of one subscription, or all) from the
    * server side with UNAVAILABLE, as the service does on its own; the client reopens
@@ -331,8 +332,9 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     }
   }
 
-  async restart(): Promise<void> {
+  async restart(options: { downMs?: number } = {}): Promise<void> {
     await this.shutdown();
+    if (options.downMs) await new Promise((resolve) => setTimeout(resolve, options.downMs));
     await this.listen();
   }
 
