@@ -182,6 +182,8 @@ interface Holder {
 }
 
 interface SubMessage {
+  /** Key in the subscription's `messages` map (publish order). */
+  seq: number;
   message: StoredMessage;
   state: 'ready' | 'outstanding' | 'acked';
   deliveries: number;
@@ -525,7 +527,9 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     for (const name of topic.subscriptions) {
       const subscription = this.subscriptions.get(name);
       if (!subscription || subscription.config.detached) continue;
-      subscription.messages.set(subscription.nextSeq++, {
+      const seq = subscription.nextSeq++;
+      subscription.messages.set(seq, {
+        seq,
         message: stored,
         state: 'ready',
         deliveries: 0,
@@ -984,12 +988,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
 
   private remove(subscription: SubscriptionState, entry: SubMessage) {
     this.release(entry);
-    for (const [seq, candidate] of subscription.messages) {
-      if (candidate === entry) {
-        subscription.messages.delete(seq);
-        return;
-      }
-    }
+    subscription.messages.delete(entry.seq);
   }
 
   /** Drops the acked messages of a key once none of its batch is outstanding. */
