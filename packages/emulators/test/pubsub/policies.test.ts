@@ -111,7 +111,8 @@ describe('ordering keys (the ordered publishing sample)', () => {
         m.nack();
         return;
       }
-      seen.set(m.orderingKey, [...(seen.get(m.orderingKey) ?? []), n]);
+      const key = m.orderingKey ?? '';
+      seen.set(key, [...(seen.get(key) ?? []), n]);
       m.ack();
     });
     const publishes: Promise<string>[] = [];
