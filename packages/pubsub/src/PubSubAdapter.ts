@@ -17,6 +17,7 @@ import {
   isOncelyError,
   type Logger,
 } from '@oncely/core';
+import { ackErrorCode, toSettlementError } from './errors.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { MAX_ACK_DEADLINE_SECONDS, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
@@ -293,10 +294,15 @@ export class PubSubAdapter implements BrokerAdapter {
       message,
       toEnvelope(message, this.subscriptionName),
       {
-        ack: (d) => this.counted(this.settlement.ack(d.ackId)),
+        ack: (d) =>
+          this.counted(
+            this.exactlyOnce
+              ? this.throughClient('Acknowledge', () => d.message.ackWithResponse())
+              : this.settlement.ack(d.ackId),
+          ),
         modAck: (d, seconds) => {
           if (seconds === 0) this.dropQueuedOfKey(d);
-          return this.counted(this.settlement.modAck(d.ackId, seconds));
+          return this.counted(this.modAck(d, seconds));
         },
         retry: (d, delayMs) => this.counted(this.retry(d, delayMs)),
         deadLetter: (d, reason, detail) => this.counted(this.deadLetter(d, reason, detail)),
@@ -398,6 +404,34 @@ export class PubSubAdapter implements BrokerAdapter {
     }
   }
 
+  private get exactlyOnce(): boolean {
+    return this.subscriptionFacts?.exactlyOnce ?? false;
+  }
+
+  /**
+   * With exactly-once, settlements and renewals go through the client's
+   * `ackWithResponse` / `modAckWithResponse` / `nackWithResponse`, which resolve once the
+   * service confirmed them and reject with the per-ack-ID result (`AckError`). Without
+   * exactly-once those resolve before anything is sent, so the adapter's own unary calls
+   * are used instead (they resolve on the service's answer).
+   */
+  private modAck(delivery: PubSubDelivery, seconds: number): Promise<void> {
+    if (!this.exactlyOnce) return this.settlement.modAck(delivery.ackId, seconds);
+    const { message } = delivery;
+    return this.throughClient('ModifyAckDeadline', () =>
+      seconds === 0 ? message.nackWithResponse() : message.modAckWithResponse(seconds),
+    );
+  }
+
+  /** Runs a client `*WithResponse` call; an `AckError` becomes what the core expects. */
+  private async throughClient(operation: string, call: () => Promise<unknown>): Promise<void> {
+    try {
+      await call();
+    } catch (error) {
+      throw toSettlementError(operation, error, ackErrorCode(error));
+    }
+  }
+
   /** Counts and logs invalid ack IDs; the rejection still reaches the core. */
   private async counted(call: Promise<void>): Promise<void> {
     try {
@@ -433,7 +467,7 @@ export class PubSubAdapter implements BrokerAdapter {
     const seconds = this.subscriptionFacts?.retryPolicy
       ? 0
       : Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(0, Math.ceil(delayMs / 1000)));
-    await this.settlement.modAck(delivery.ackId, seconds);
+    await this.modAck(delivery, seconds);
   }
 
   private async deadLetter(
@@ -465,6 +499,7 @@ export class PubSubAdapter implements BrokerAdapter {
       },
     });
     this.stats.deadLettered++;
-    await this.settlement.ack(delivery.ackId);
+    if (this.exactlyOnce) await this.throughClient('Acknowledge', () => message.ackWithResponse());
+    else await this.settlement.ack(delivery.ackId);
   }
 }

@@ -21,12 +21,14 @@ interface Pending {
  * Acknowledge and ModifyAckDeadline as unary calls of the generated v1 client, batched
  * over a few milliseconds, resolving per ack ID only once the service has answered.
  *
- * The adapter settles through this rather than through `Message.ack()`, whose queue
- * resolves before the request is sent (without exactly-once) and is closed with the
- * subscription: a graceful stop closes the stream first and must still ack the
- * in-flight messages after their commit. The exactly-once per-ack-ID result is the one
- * `ackWithResponse` reads (`ErrorInfo` metadata): `PERMANENT_FAILURE_INVALID_ACK_ID`
- * rejects that ack ID with `LeaseLostError`, `TRANSIENT_*` is retried.
+ * Without exactly-once the adapter settles through this rather than through
+ * `Message.ack()` / `ackWithResponse()`, which resolve before the request is sent: the
+ * core must know the ack reached the service (and a graceful stop closes the stream
+ * first, then still acks the in-flight messages after their commit). With exactly-once
+ * the client's `*WithResponse` calls are used; this client is then only used for the
+ * leases of messages waiting in the adapter. It reads the same per-ack-ID result
+ * (`ErrorInfo` metadata): `PERMANENT_FAILURE_INVALID_ACK_ID` rejects that ack ID with
+ * `LeaseLostError`, `TRANSIENT_*` is retried.
  *
  * @example
  * ```ts
