@@ -68,3 +68,27 @@ it('refuses a first request without a valid stream ack deadline (INVALID_ARGUMEN
   expect((await failed).code).toBe(3);
   await client.close();
 });
+
+it('honours max_outstanding_bytes: a stream with nothing out still takes one large message', async () => {
+  const [topic] = await pubsub.createTopic(uniqueName('topic'));
+  const [subscription] = await topic.createSubscription(uniqueName('sub'));
+  for (let n = 0; n < 3; n++) await topic.publishMessage({ data: Buffer.alloc(100, n) });
+  const client = subscriberClientFor(emulator);
+  const stream = client.streamingPull();
+  const received: Array<{ ackId?: string }> = [];
+  stream.on('data', (response: Response) => received.push(...(response.receivedMessages ?? [])));
+  stream.on('error', () => {});
+  // 150 bytes: one 100-byte message fits, two do not.
+  stream.write({ subscription: subscription.name, streamAckDeadlineSeconds: 10, maxOutstandingBytes: 150 });
+  await waitFor(() => received.length === 1);
+  expect(emulator.inspectSubscription(subscription.name)!.outstanding).toBe(1);
+  stream.write({ ackIds: [received[0]!.ackId] });
+  await waitFor(() => received.length === 2);
+  expect(emulator.inspectSubscription(subscription.name)!.outstanding).toBe(1);
+  stream.write({ ackIds: [received[1]!.ackId] });
+  await waitFor(() => received.length === 3);
+  stream.write({ ackIds: [received[2]!.ackId] });
+  await waitFor(() => emulator.inspectSubscription(subscription.name)!.messages.length === 0);
+  stream.end();
+  await client.close();
+});
