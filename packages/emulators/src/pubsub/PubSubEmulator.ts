@@ -72,6 +72,12 @@ export interface PubSubEmulatorOptions {
   tickMs?: number;
   /** Receives one line per notable event (stream opened/closed, dead-lettered). @default none */
   log?: (line: string) => void;
+  /**
+   * The clock for ack deadlines, retry backoff, retention and publish times (epoch ms).
+   * Tests pass a clock they move forward to check retention without waiting days.
+   * @default Date.now
+   */
+  now?: () => number;
 }
 
 /**
@@ -297,6 +303,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   private readonly log: (line: string) => void;
   private readonly ticker: NodeJS.Timeout;
   private messageCounter = 0;
+  private readonly now: () => number;
 
   constructor(options: PubSubEmulatorOptions) {
     this.host = options.host ?? '127.0.0.1';
@@ -305,6 +312,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     this.streamTimeoutMs = options.streamTimeoutMs ?? 30 * 60_000;
     this.pullWaitMs = options.pullWaitMs ?? 1000;
     this.log = options.log ?? (() => {});
+    this.now = options.now ?? Date.now;
     this.services = loadPubSubServices();
     this.ticker = setInterval(() => this.tick(), options.tickMs ?? 25);
     this.ticker.unref();
@@ -521,7 +529,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       data,
       attributes,
       orderingKey,
-      publishTimeMs: Date.now(),
+      publishTimeMs: this.now(),
       size: messageSize(data, attributes, orderingKey),
     };
     for (const name of topic.subscriptions) {
@@ -924,7 +932,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     if (!found || found.subscription !== subscription) return undefined;
     const { entry } = found;
     if (entry.ackId !== ackId || entry.state !== 'outstanding') return undefined;
-    if (subscription.config.enableExactlyOnceDelivery && entry.deadline <= Date.now()) return undefined;
+    if (subscription.config.enableExactlyOnceDelivery && entry.deadline <= this.now()) return undefined;
     return entry;
   }
 
@@ -954,7 +962,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
         continue;
       }
       if (seconds === 0) this.redeliverOrDeadLetter(subscription, entry);
-      else entry.deadline = Date.now() + seconds * 1000;
+      else entry.deadline = this.now() + seconds * 1000;
     }
     this.pump(subscription);
     return errors;
@@ -1002,7 +1010,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
 
   /** A nack or an expired deadline: back to ready after the retry backoff, or dead-lettered. */
   private redeliverOrDeadLetter(subscription: SubscriptionState, entry: SubMessage) {
-    const now = Date.now();
+    const now = this.now();
     const policy = subscription.config.deadLetterPolicy;
     const key = entry.message.orderingKey;
     const batch = key ? subscription.keyBatches.get(key) : undefined;
@@ -1060,7 +1068,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   }
 
   private tick() {
-    const now = Date.now();
+    const now = this.now();
     for (const subscription of this.subscriptions.values()) {
       const retentionMs =
         durationToMs(subscription.config.messageRetentionDuration) ?? MAX_SUBSCRIPTION_RETENTION_MS;
@@ -1088,7 +1096,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     if (subscription.config.detached || !this.subscriptions.has(subscription.name)) return;
     const receivers: Array<StreamState | PullWaiter> = [...subscription.streams, ...subscription.pullWaiters];
     if (receivers.length === 0) return;
-    const now = Date.now();
+    const now = this.now();
     const ordered = !!subscription.config.enableMessageOrdering;
     const batches = new Map<StreamState | PullWaiter, SubMessage[]>();
     /** Keys whose next message cannot go out in this pass. */

@@ -1,11 +1,11 @@
 import type { Message, PubSub } from '@google-cloud/pubsub';
-import type { PubSubEmulator } from '@oncely/emulators/pubsub';
+import { type PubSubEmulator, startPubSubEmulator } from '@oncely/emulators/pubsub';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientFor, collect, startEmulator, subscriberClientFor, uniqueName, waitFor } from './support.js';
 
 // Delivery policies with the real client: dead-letter policy and delivery attempts,
 // retry-policy backoff, ordering keys (in order per key, later messages of a key
-// redelivered after a nack or an expiry).
+// redelivered after a nack or an expiry), message retention.
 
 let emulator: PubSubEmulator;
 let pubsub: PubSub;
@@ -194,5 +194,28 @@ describe('message shape', () => {
     expect(received[0]!.orderingKey).toBe('key-1');
     expect(received[0]!.attributes).toEqual({ a: 'b' });
     await subscription.close();
+  });
+});
+
+describe('message retention', () => {
+  it('drops a message not acked within message_retention_duration', async () => {
+    // The emulator's clock is moved forward instead of waiting ten minutes.
+    let offsetMs = 0;
+    const own = await startPubSubEmulator({ port: 0, now: () => Date.now() + offsetMs });
+    const client = clientFor(own);
+    const [topic] = await client.createTopic(uniqueName('topic'));
+    const [subscription] = await topic.createSubscription(uniqueName('sub'), {
+      messageRetentionDuration: { seconds: 600 },
+    });
+    await topic.publishMessage({ data: Buffer.from('old') });
+    offsetMs = 300_000;
+    await topic.publishMessage({ data: Buffer.from('new') });
+    expect(own.inspectSubscription(subscription.name)!.messages).toHaveLength(2);
+    // Eleven minutes after the first publish: only the second is still retained.
+    offsetMs = 660_000;
+    await waitFor(() => own.inspectSubscription(subscription.name)!.messages.length === 1);
+    expect(own.inspectSubscription(subscription.name)!.messages[0]!.data.toString()).toBe('new');
+    await client.close();
+    await own.stop();
   });
 });
