@@ -48,3 +48,12 @@ it('accepts batched publishing (up to 10 messages per Publish request)', async (
   expect(new Set(received.map((m) => m.id))).toEqual(new Set(ids));
   await subscription.close();
 });
+
+it('is ready in well under a second', async () => {
+  const started = performance.now();
+  const own = await startEmulator();
+  const readyMs = performance.now() - started;
+  await own.stop();
+  // Typically a few tens of ms once the protos are cached; a second leaves room for a busy machine.
+  expect(readyMs).toBeLessThan(1000);
+});
