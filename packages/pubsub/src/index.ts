@@ -1,2 +1,20 @@
-// Filled in by the adapter work.
-export {};
+// Explicit exports only: this list is the package's public surface.
+export { createAdapter } from './createAdapter.js';
+export type { PubSubConsumerOptions } from './createPubSubConsumer.js';
+export { createPubSubConsumer } from './createPubSubConsumer.js';
+export { diagnose } from './diagnose.js';
+export {
+  ackIdErrors,
+  INVALID_ACK_ID,
+  isInvalidAckId,
+  PUBSUB_OPERATION_FAILED,
+  PubSubOperationError,
+} from './errors.js';
+export type { PubSubAdapterOptions, PubSubAdapterStats } from './PubSubAdapter.js';
+export { DEAD_LETTER_ATTRIBUTES, PubSubAdapter } from './PubSubAdapter.js';
+export { PubSubDelivery } from './PubSubDelivery.js';
+export type { IdentifiedMessage, PublishWithIdOptions } from './publishWithId.js';
+export { publishWithId } from './publishWithId.js';
+export type { PubSubBrokerConfig } from './pubsubConfig.js';
+export { MAX_ACK_DEADLINE_SECONDS } from './pubsubConfig.js';
+export type { SubscriptionFacts } from './subscriptionFacts.js';

@@ -1,2 +1,9 @@
-// Filled in by the Pub/Sub emulator work (issue 13).
-export {};
+// A Docker-free Google Cloud Pub/Sub emulator on @grpc/grpc-js, serving the protos of
+// @google-cloud/pubsub. Behaviour and limits: docs/pubsub.md.
+export type {
+  EmulatedMessageView,
+  PubSubEmulator,
+  PubSubEmulatorOptions,
+  SubscriptionView,
+} from './PubSubEmulator.js';
+export { startPubSubEmulator } from './PubSubEmulator.js';

@@ -1,0 +1,224 @@
+#!/usr/bin/env node
+// Scenario 3 — Google Pub/Sub on the in-process emulator (@oncely/emulators/pubsub): the
+// raw @google-cloud/pubsub subscriber loop against the Oncely Pub/Sub consumer, with the
+// real PostgreSQL store.
+//
+//   node bench/pubsub/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 8]
+//
+// Variants (each round drains a freshly filled subscription of its own, in rotated order):
+//   raw           subscription.on('message') with flowControl { maxMessages: concurrency,
+//                 allowExcessMessages: false }, one stream, acks batched over 5 ms (as the
+//                 adapter's); parse the body, message.ack()
+//   raw+tx        the same, with the marker transaction written by hand: BEGIN; INSERT the
+//                 (consumer, message-id) marker ON CONFLICT DO NOTHING; if it was new, the
+//                 business INSERT; COMMIT; then ack — what Oncely does, without Oncely
+//   oncely        createPubSubConsumer + PostgresStore; the handler does the same INSERT
+//   oncely batch  the same consumer with `batch: { size }`
+// The emulator runs in this process, so its CPU is on the same event loop for every variant.
+import { PubSub } from '@google-cloud/pubsub';
+import { silentLogger } from '@oncely/core';
+import { startPubSubEmulator } from '@oncely/emulators/pubsub';
+import { PostgresStore } from '@oncely/postgres';
+import { createPubSubConsumer } from '@oncely/pubsub';
+import {
+  brokerResult,
+  measureConsumer,
+  printBrokerTable,
+  warmStore,
+  withDeadline,
+} from '../lib/brokerBench.mjs';
+import {
+  DATABASE_URL,
+  emitResult,
+  flags,
+  interleaved,
+  progress,
+  runMain,
+  uniqueTag,
+} from '../lib/common.mjs';
+import { benchPool, businessInsert, createBenchSchema, dropSchema, fillPool } from '../lib/pg.mjs';
+import { LatencyRecorder } from '../lib/stats.mjs';
+
+const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
+const N = Number(args.messages);
+const CONCURRENCY = Number(args.concurrency);
+const ROUNDS = Number(args.rounds);
+const BATCH = Number(args.batch);
+const WARMUP = Math.min(N, 300);
+const tag = uniqueTag();
+const schema = `bench_pubsub_${tag}`;
+const PROJECT = 'bench';
+
+let emulator;
+let pubsub;
+const created = [];
+
+/** A new topic and subscription holding `count` messages with a `message-id` attribute. */
+async function filledSubscription(variant, count) {
+  const name = `bench-${variant.replace(/\W+/g, '-')}-${tag}-${created.length}`;
+  const [topic] = await pubsub.createTopic(name);
+  const [subscription] = await topic.createSubscription(`${name}-sub`, { ackDeadlineSeconds: 60 });
+  created.push({ topic, subscription });
+  topic.setPublishOptions({ batching: { maxMessages: 500, maxMilliseconds: 10 } });
+  const publishes = [];
+  for (let j = 0; j < count; j++) {
+    publishes.push(
+      topic.publishMessage({
+        data: Buffer.from(JSON.stringify({ orderId: `order-${j}`, amount: 40 })),
+        attributes: { 'message-id': `${name}-${j}` },
+      }),
+    );
+  }
+  await Promise.all(publishes);
+  return subscription.name;
+}
+
+/** The marker transaction a user writes by hand (the same statements Oncely's store sends, roughly). */
+function handMarkerTransaction(pool) {
+  const insert = businessInsert(schema);
+  const marker = `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
+  return async (consumer, messageId, orderId) => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      try {
+        const claimed = await client.query(marker, [consumer, messageId]);
+        if (claimed.rowCount === 1) await client.query(insert, [orderId, 40]);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      }
+    } finally {
+      client.release();
+    }
+  };
+}
+
+async function rawLoop(withTransaction, total = N) {
+  const name = await filledSubscription(withTransaction ? 'raw-tx' : 'raw', total);
+  const pool = withTransaction ? benchPool(CONCURRENCY) : undefined;
+  const subscription = pubsub.subscription(name, {
+    flowControl: { maxMessages: CONCURRENCY, allowExcessMessages: false },
+    streamingOptions: { maxStreams: 1 },
+    // The client's default ack batch window is 100 ms, and the service sends no more than
+    // max_outstanding_messages until acks arrive: with it, raw would measure that window.
+    // 5 ms is the adapter's window for its own acks.
+    batching: { maxMilliseconds: 5 },
+  });
+  try {
+    if (pool) await fillPool(pool, CONCURRENCY);
+    const transaction = pool ? handMarkerTransaction(pool) : undefined;
+    const latency = new LatencyRecorder(total);
+    let done = 0;
+    let finishedAt;
+    let fail;
+    const finished = new Promise((resolve, reject) => {
+      fail = reject;
+      subscription.on('message', async (message) => {
+        const receivedAt = performance.now();
+        try {
+          const body = JSON.parse(message.data.toString('utf8'));
+          if (transaction) await transaction(name, message.attributes['message-id'], body.orderId);
+          message.ack();
+          latency.record(performance.now() - receivedAt);
+          if (++done === total) {
+            finishedAt = performance.now();
+            resolve();
+          }
+        } catch (error) {
+          reject(error);
+        }
+      });
+      subscription.on('error', (error) => fail(error));
+    });
+    const started = performance.now();
+    await withDeadline(finished, () => `${done} of ${total}`);
+    const elapsedMs = finishedAt - started;
+    return { ops: done, elapsedMs, perSecond: done / (elapsedMs / 1000), latency };
+  } finally {
+    await subscription.close();
+    await pool?.end();
+  }
+}
+
+async function oncely(batch, total = N) {
+  const name = await filledSubscription(batch ? 'oncely-batch' : 'oncely', total);
+  const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY });
+  const insert = businessInsert(schema);
+  try {
+    await warmStore(store, CONCURRENCY);
+    const consumer = createPubSubConsumer({
+      name: `bench-${created.length}-${tag}`,
+      broker: { projectId: PROJECT, apiEndpoint: emulator.address, subscription: name },
+      store,
+      concurrency: CONCURRENCY,
+      batch: batch ? { size: BATCH } : undefined,
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        await ctx.tx.query(insert, [message.body.orderId, message.body.amount]);
+      },
+    });
+    return await measureConsumer(consumer, total);
+  } finally {
+    await store.close();
+  }
+}
+
+async function main() {
+  emulator = await startPubSubEmulator({ port: 0 });
+  pubsub = new PubSub({ projectId: PROJECT, apiEndpoint: emulator.address });
+  await createBenchSchema(schema);
+  let result;
+  try {
+    const setup = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: 1 });
+    await setup.migrate();
+    await setup.transaction((tx) =>
+      tx.query(
+        `CREATE TABLE "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
+      ),
+    );
+    await setup.close();
+    progress('pubsub: warm-up...');
+    await rawLoop(true, WARMUP);
+    await oncely(false, WARMUP);
+    await oncely(true, WARMUP);
+    progress(`pubsub: ${ROUNDS} interleaved rounds of ${N} messages, concurrency ${CONCURRENCY}...`);
+    const rounds = await interleaved(
+      ROUNDS,
+      {
+        raw: () => rawLoop(false),
+        'raw+tx': () => rawLoop(true),
+        oncely: () => oncely(false),
+        'oncely batch': () => oncely(true),
+      },
+      (round, results) =>
+        progress(
+          `  round ${round + 1}: ${Object.entries(results)
+            .map(([variant, list]) => `${variant} ${Math.round(list[round].perSecond)}/s`)
+            .join(', ')}`,
+        ),
+    );
+    result = brokerResult('pubsub (emulator)', rounds, {
+      messages: N,
+      concurrency: CONCURRENCY,
+      rounds: ROUNDS,
+      batch: BATCH,
+    });
+  } finally {
+    for (const { topic, subscription } of created) {
+      await subscription.delete().catch(() => {});
+      await topic.delete().catch(() => {});
+    }
+    await pubsub.close();
+    await emulator.stop();
+    await dropSchema(schema);
+  }
+  printBrokerTable(
+    `Scenario 3 — Pub/Sub on the in-process emulator, ${N} messages, concurrency ${CONCURRENCY}, batch size ${BATCH} (medians of ${ROUNDS} rounds); raw+tx writes the processed marker by hand`,
+    result,
+  );
+  emitResult(result);
+}
+
+runMain(main);

@@ -1,0 +1,131 @@
+import { AckError, AckResponses, Duration, type Message, type PubSub } from '@google-cloud/pubsub';
+import type { PubSubEmulator } from '@oncely/emulators/pubsub';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clientFor, collect, startEmulator, subscriberClientFor, uniqueName, waitFor } from './support.js';
+
+// Exactly-once delivery with the real client: subscription_properties on the stream, a
+// successful ackWithResponse, no redelivery after it, and the per-ack-ID
+// PERMANENT_FAILURE_INVALID_ACK_ID the client turns into AckError(INVALID) for a stale
+// or expired ack ID.
+//
+// Short leases: exactly-once raises the client's minimum ack deadline to 60 s; tests
+// set the subscriber's minAckDeadline/maxAckDeadline (and the emulator accepts 1 s
+// deadlines: minAckDeadlineSeconds) so nothing waits a minute.
+
+let emulator: PubSubEmulator;
+let pubsub: PubSub;
+
+beforeAll(async () => {
+  emulator = await startEmulator();
+  pubsub = clientFor(emulator);
+});
+afterAll(async () => {
+  await pubsub.close();
+  await emulator.stop();
+});
+
+async function exactlyOnceSubscription() {
+  const [topic] = await pubsub.createTopic(uniqueName('topic'));
+  const [subscription] = await topic.createSubscription(uniqueName('sub'), {
+    enableExactlyOnceDelivery: true,
+  });
+  subscription.setOptions({
+    minAckDeadline: Duration.from({ seconds: 2 }),
+    maxAckDeadline: Duration.from({ seconds: 2 }),
+  });
+  return { topic, subscription };
+}
+
+describe('exactly-once delivery (the exactly-once sample)', () => {
+  it('tells the client through subscription_properties; ackWithResponse succeeds; no redelivery', async () => {
+    const { topic, subscription } = await exactlyOnceSubscription();
+    const responses: string[] = [];
+    const received = collect(subscription, (m) => {
+      m.ackWithResponse().then((r) => responses.push(r));
+    });
+    await topic.publishMessage({ data: Buffer.from('once') });
+    await waitFor(() => responses.length === 1);
+    expect(responses).toEqual([AckResponses.Success]);
+    // What the client read from subscription_properties.
+    expect(
+      (subscription as unknown as { _subscriber: { isExactlyOnceDelivery: boolean } })._subscriber
+        .isExactlyOnceDelivery,
+    ).toBe(true);
+    expect(emulator.inspectSubscription(subscription.name)!.messages).toHaveLength(0);
+    expect(emulator.expireLeases(subscription.name)).toBe(0);
+    expect(received).toHaveLength(1);
+    await subscription.close();
+  });
+
+  it('rejects the ack of a superseded ack ID with AckError INVALID; only the latest one acks', async () => {
+    const { topic, subscription } = await exactlyOnceSubscription();
+    const received = collect(subscription);
+    await topic.publishMessage({ data: Buffer.from('x') });
+    await waitFor(() => received.length === 1);
+    // The lease lapses while the first holder still works: the message goes out again.
+    emulator.expireLeases(subscription.name);
+    await waitFor(() => received.length === 2);
+    const [stale, latest] = received as [Message, Message];
+    expect(latest.ackId).not.toBe(stale.ackId);
+    const error = await stale.ackWithResponse().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(AckError);
+    expect((error as AckError).errorCode).toBe(AckResponses.Invalid);
+    expect(await latest.ackWithResponse()).toBe(AckResponses.Success);
+    expect(emulator.inspectSubscription(subscription.name)!.messages).toHaveLength(0);
+    await subscription.close();
+  });
+
+  it('sends PERMANENT_FAILURE_INVALID_ACK_ID in ErrorInfo for stale and expired ack IDs (unary)', async () => {
+    const { topic, subscription } = await exactlyOnceSubscription();
+    const client = subscriberClientFor(emulator);
+    await topic.publishMessage({ data: Buffer.from('x') });
+    const [first] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
+    const staleId = first.receivedMessages![0]!.ackId!;
+    emulator.expireLeases(subscription.name);
+    const [second] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
+    const latestId = second.receivedMessages![0]!.ackId!;
+    const failure = (await client
+      .acknowledge({ subscription: subscription.name, ackIds: [staleId] })
+      .catch((e: unknown) => e)) as {
+      code: number;
+      reason: string;
+      errorInfoMetadata: Record<string, string>;
+    };
+    expect(failure.code).toBe(3);
+    expect(failure.reason).toBe('EXACTLY_ONCE_ACKID_FAILURE');
+    expect(failure.errorInfoMetadata).toEqual({ [staleId]: 'PERMANENT_FAILURE_INVALID_ACK_ID' });
+    const modAckFailure = (await client
+      .modifyAckDeadline({ subscription: subscription.name, ackIds: [staleId], ackDeadlineSeconds: 30 })
+      .catch((e: unknown) => e)) as { errorInfoMetadata: Record<string, string> };
+    expect(modAckFailure.errorInfoMetadata).toEqual({ [staleId]: 'PERMANENT_FAILURE_INVALID_ACK_ID' });
+    // The latest ack ID is still good, until its deadline passes.
+    await client.modifyAckDeadline({
+      subscription: subscription.name,
+      ackIds: [latestId],
+      ackDeadlineSeconds: 1,
+    });
+    await waitFor(() => emulator.inspectSubscription(subscription.name)!.outstanding === 0, 5000, 'expiry');
+    const expired = (await client
+      .acknowledge({ subscription: subscription.name, ackIds: [latestId] })
+      .catch((e: unknown) => e)) as { errorInfoMetadata: Record<string, string> };
+    expect(expired.errorInfoMetadata).toEqual({ [latestId]: 'PERMANENT_FAILURE_INVALID_ACK_ID' });
+    await client.close();
+  });
+
+  it('does not redeliver while the message is outstanding and its lease is kept', async () => {
+    const { topic, subscription } = await exactlyOnceSubscription();
+    const received = collect(subscription);
+    await topic.publishMessage({ data: Buffer.from('x') });
+    await waitFor(() => received.length === 1);
+    // The client extends the 2 s lease; after more than two lease lengths there is still one delivery.
+    const start = Date.now();
+    await waitFor(() => Date.now() - start > 4500, 10_000);
+    expect(received).toHaveLength(1);
+    expect(emulator.inspectSubscription(subscription.name)!.messages[0]!.deliveries).toBe(1);
+    expect(await received[0]!.ackWithResponse()).toBe(AckResponses.Success);
+    await subscription.close();
+  });
+});

@@ -1,0 +1,505 @@
+import {
+  Duration,
+  PubSub,
+  type Message as PubSubMessage,
+  type Subscription,
+  SubscriptionCloseBehaviors,
+  type Topic,
+  v1,
+} from '@google-cloud/pubsub';
+import {
+  type AdapterLease,
+  type AdapterRuntime,
+  type BrokerAdapter,
+  BrokerMisconfiguredError,
+  type DeadLetterReason,
+  type IdStrategy,
+  isOncelyError,
+  type Logger,
+} from '@oncely/core';
+import { ackErrorCode, toSettlementError } from './errors.js';
+import { PubSubDelivery } from './PubSubDelivery.js';
+import { MAX_ACK_DEADLINE_SECONDS, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import { SettlementClient } from './SettlementClient.js';
+import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
+import { toEnvelope } from './toEnvelope.js';
+
+/** Batch window of the client's own ack/modAck queues (its receipt modAck). */
+const RECEIPT_MODACK_BATCH_MS = 10;
+/** How long after receipt a delayed modAck waits so the receipt modAck lands first. */
+const RECEIPT_MODACK_GUARD_MS = 250;
+
+/** Pub/Sub allows at most 100 attributes per message; the detail is cut to stay small. */
+const MAX_DETAIL_LENGTH = 1000;
+
+/**
+ * Attributes added to a dead-lettered copy.
+ *
+ * @example
+ * ```ts
+ * const reason = deadLetter.attributes[DEAD_LETTER_ATTRIBUTES.reason]; // 'max-attempts'
+ * ```
+ */
+export const DEAD_LETTER_ATTRIBUTES = {
+  reason: 'oncely-dead-letter-reason',
+  detail: 'oncely-dead-letter-detail',
+  sourceMessageId: 'oncely-source-message-id',
+  sourceSubscription: 'oncely-source-subscription',
+  orderingKey: 'oncely-ordering-key',
+} as const;
+
+/**
+ * What `createAdapter` receives besides the broker section.
+ *
+ * @example
+ * ```ts
+ * const options: PubSubAdapterOptions = { consumerName: 'payments', log: console, maxAttempts: 5 };
+ * ```
+ */
+export interface PubSubAdapterOptions {
+  consumerName: string;
+  log: Logger;
+  idStrategy?: IdStrategy;
+  /** The consumer's `maxAttempts`, to warn at start when the dead-letter policy would fire first. */
+  maxAttempts?: number;
+  handlerTimeoutMs?: number;
+  outageHoldMs?: number;
+}
+
+/**
+ * Counters an application may export as metrics (`adapter.stats`).
+ *
+ * @example
+ * ```ts
+ * setInterval(() => gauge.set((adapter as PubSubAdapter).stats.staleAckIds), 10_000);
+ * ```
+ */
+export interface PubSubAdapterStats {
+  /** Messages received. */
+  received: number;
+  /** Settlements or lease renewals the service refused as an invalid ack ID (exactly-once only). */
+  staleAckIds: number;
+  /** Messages published to the dead-letter topic. */
+  deadLettered: number;
+  /** StreamingPull restarts after the subscriber closed on an error. */
+  reconnects: number;
+}
+
+/**
+ * The Google Cloud Pub/Sub adapter: `subscription.on('message')` (StreamingPull) with the
+ * service's flow control set to the consumer's concurrency, leases renewed by the core's
+ * lease keeper through ModifyAckDeadline, acks after commit (confirmed by the service;
+ * with exactly-once a stale ack ID is an `ackFailed`, never a second effect), delayed
+ * retries through the retry policy or the ack deadline, dead-lettering with a reason, and
+ * one message at a time per ordering key.
+ *
+ * Usually created by `createConsumer` (`broker.type: 'pubsub'`) or `createPubSubConsumer`.
+ *
+ * @example
+ * ```ts
+ * const adapter = new PubSubAdapter({ type: 'pubsub', subscription: 'payments' }, { consumerName: 'payments', log: console });
+ * const consumer = new Consumer({ name: 'payments', broker: { type: 'pubsub', subscription: 'payments' }, store, handler }, adapter);
+ * await consumer.start();
+ * ```
+ */
+export class PubSubAdapter implements BrokerAdapter {
+  readonly type = 'pubsub';
+  readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
+  readonly stats: PubSubAdapterStats = { received: 0, staleAckIds: 0, deadLettered: 0, reconnects: 0 };
+
+  private readonly settings: PubSubSettings;
+  private readonly pubsub: PubSub;
+  private readonly ownsClient: boolean;
+  private readonly log: Logger;
+  private readonly subscriptionName: string;
+  private readonly settlement: SettlementClient;
+  private subscriptionFacts: SubscriptionFacts | undefined;
+  private leaseSeconds = 10;
+  private deadLetterTopic: Topic | undefined;
+  private runtime: AdapterRuntime | undefined;
+  private subscription: Subscription | undefined;
+  private stopped = false;
+  /** Received, not yet dispatched: waiting for a free slot or for their ordering key. */
+  private readonly queue: PubSubDelivery[] = [];
+  private readonly busyKeys = new Set<string>();
+  private pumping = false;
+  private leaseTimer: NodeJS.Timeout | undefined;
+  private reopenTimer: NodeJS.Timeout | undefined;
+  private reopenFailures = 0;
+  private warnedInventory = false;
+
+  constructor(
+    broker: Record<string, unknown>,
+    private readonly options: PubSubAdapterOptions,
+  ) {
+    this.settings = parsePubSubConfig(broker);
+    this.log = options.log;
+    this.ownsClient = this.settings.client === undefined;
+    this.pubsub =
+      this.settings.client ??
+      new PubSub({
+        ...(this.settings.projectId ? { projectId: this.settings.projectId } : {}),
+        ...(this.settings.apiEndpoint ? { apiEndpoint: this.settings.apiEndpoint } : {}),
+      });
+    this.subscriptionName = this.pubsub.subscription(this.settings.subscription).name;
+    // Settlements go through their own unary client, built from the same options (the
+    // emulator's plain-text channel included).
+    this.settlement = new SettlementClient(
+      new v1.SubscriberClient(this.pubsub.options as ConstructorParameters<typeof v1.SubscriberClient>[0]),
+      this.subscriptionName,
+    );
+  }
+
+  /** Each renewal sets the ack deadline to the lease length from the call. */
+  get lease(): AdapterLease {
+    return { extendByMs: this.leaseSeconds * 1000 };
+  }
+
+  /** The subscription's settings as read at start. */
+  get facts(): SubscriptionFacts | undefined {
+    return this.subscriptionFacts;
+  }
+
+  async start(runtime: AdapterRuntime): Promise<void> {
+    this.runtime = runtime;
+    const facts = await readSubscriptionFacts(this.pubsub, this.subscriptionName);
+    this.subscriptionFacts = facts;
+    this.leaseSeconds = this.settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
+    const deadLetterTopic = this.settings.deadLetterTopic ?? facts.deadLetterPolicy?.deadLetterTopic;
+    this.deadLetterTopic = deadLetterTopic
+      ? this.pubsub.topic(deadLetterTopic, { batching: { maxMilliseconds: 5 } })
+      : undefined;
+    if (!this.deadLetterTopic) {
+      this.log.warn(
+        `pubsub: ${this.subscriptionName} has no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked, not dead-lettered`,
+      );
+    }
+    const { maxAttempts } = this.options;
+    const policy = facts.deadLetterPolicy;
+    if (policy && maxAttempts !== undefined && policy.maxDeliveryAttempts <= maxAttempts) {
+      this.log.warn(
+        `pubsub: the dead-letter policy's maxDeliveryAttempts (${policy.maxDeliveryAttempts}) is not above maxAttempts (${maxAttempts}): Pub/Sub may forward messages (without a reason) before Oncely dead-letters them, and during a store outage`,
+        { subscription: this.subscriptionName },
+      );
+    }
+    this.open();
+    // Messages waiting for a slot or for their ordering key are not under the core's
+    // lease keeper yet: keep their leases here.
+    this.leaseTimer = setInterval(
+      () => this.keepQueuedLeases(),
+      Math.max(100, (this.leaseSeconds * 1000) / 2),
+    );
+    this.leaseTimer.unref();
+  }
+
+  /**
+   * Stop: closes the stream at once (nothing new is fetched), then nacks what was received
+   * but never dispatched. In-flight deliveries are still settled afterwards: settlements
+   * do not go through the subscriber the close shuts.
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.leaseTimer);
+    clearTimeout(this.reopenTimer);
+    const closing = this.subscription?.close();
+    const queued = this.queue.splice(0);
+    await Promise.allSettled(queued.map((delivery) => this.settlement.modAck(delivery.ackId, 0)));
+    await closing?.catch((error: unknown) =>
+      this.log.warn('pubsub: closing the subscriber failed', { error }),
+    );
+  }
+
+  async close(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.leaseTimer);
+    clearTimeout(this.reopenTimer);
+    await this.subscription?.close().catch(() => {});
+    this.subscription?.removeAllListeners();
+    await this.settlement.close();
+    if (this.ownsClient) await this.pubsub.close();
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Receiving
+  // ------------------------------------------------------------------------------------
+
+  private open(): void {
+    const runtime = this.runtime!;
+    const deadline = Duration.from({ seconds: this.leaseSeconds });
+    const subscription =
+      this.subscription ??
+      this.pubsub.subscription(this.subscriptionName, {
+        // The service sends at most this many outstanding messages per stream; with one
+        // stream that bounds what is received to what can run.
+        flowControl: { maxMessages: runtime.concurrency, allowExcessMessages: false },
+        streamingOptions: { maxStreams: this.settings.maxStreams },
+        // The receipt modAck and the stream use the lease length (exactly-once would
+        // raise the client's minimum to 60 s otherwise).
+        minAckDeadline: deadline,
+        maxAckDeadline: deadline,
+        // The core's lease keeper is the only renewer: it stops at the handler timeout
+        // and when leaseRenewal is off, and sees exactly-once renewal failures. With a
+        // zero maxExtensionTime the client drops each message from its own lease
+        // management at its first pass (it never extends on its own).
+        maxExtensionTime: Duration.from({ seconds: 0 }),
+        // The client's receipt modAck (the lease length) goes out within this window; a
+        // delayed retry waits for it to pass (see retry()).
+        batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
+        // Close destroys the stream at once; the adapter nacks what it holds itself.
+        closeOptions: {
+          behavior: SubscriptionCloseBehaviors.NackImmediately,
+          timeout: Duration.from({ seconds: 0 }),
+        },
+      });
+    if (!this.subscription) {
+      this.subscription = subscription;
+      subscription.on('message', (message: PubSubMessage) => this.accept(message));
+      subscription.on('error', (error: unknown) => {
+        runtime.reportError(error, 'the Pub/Sub subscriber stream failed');
+      });
+      subscription.on('close', () => this.scheduleReopen());
+    } else {
+      subscription.open();
+    }
+  }
+
+  /**
+   * The client retries streams that end with a retryable status itself; after any other
+   * end (NOT_FOUND while a subscription is recreated, for example) it closes the
+   * subscriber. Reopen it with a growing pause, unless stopping.
+   */
+  private scheduleReopen(): void {
+    if (this.stopped) return;
+    const delay = Math.min(10_000, 200 * 2 ** Math.min(this.reopenFailures++, 6));
+    clearTimeout(this.reopenTimer);
+    this.reopenTimer = setTimeout(() => {
+      if (this.stopped) return;
+      this.stats.reconnects++;
+      this.log.warn('pubsub: reopening the subscriber stream', { subscription: this.subscriptionName });
+      this.open();
+    }, delay);
+    this.reopenTimer.unref();
+  }
+
+  private accept(message: PubSubMessage): void {
+    this.reopenFailures = 0;
+    this.takeFromClient(message);
+    if (this.stopped) {
+      // Arrived after stop(): hand it back at once.
+      this.settlement.modAck(message.ackId, 0).catch(() => {});
+      return;
+    }
+    this.stats.received++;
+    const delivery = new PubSubDelivery(
+      message,
+      toEnvelope(message, this.subscriptionName),
+      {
+        ack: (d) =>
+          this.counted(
+            this.exactlyOnce
+              ? this.throughClient('Acknowledge', () => d.message.ackWithResponse())
+              : this.settlement.ack(d.ackId),
+          ),
+        modAck: (d, seconds) => {
+          if (seconds === 0) this.dropQueuedOfKey(d);
+          return this.counted(this.modAck(d, seconds));
+        },
+        retry: (d, delayMs) => this.counted(this.retry(d, delayMs)),
+        deadLetter: (d, reason, detail) => this.counted(this.deadLetter(d, reason, detail)),
+      },
+      Date.now(),
+      this.leaseSeconds * 1000,
+    );
+    this.queue.push(delivery);
+    void this.pump();
+  }
+
+  /**
+   * Takes the message out of the client's lease management and flow-control inventory.
+   * The adapter settles through its own unary calls (never `message.ack()`), so the
+   * client would otherwise count the message as outstanding until its lease manager
+   * drops it (with a zero maxExtensionTime, at a random point of the first deadline):
+   * meanwhile a full inventory pauses the stream, and the client's LeaseManager drops
+   * messages it holds back (`allowExcessMessages: false`) without ever emitting them.
+   * The service's own flow control (max_outstanding_messages on the stream) still bounds
+   * what is received. The inventory is not public API: without it (another client
+   * version) the fallback is the zero maxExtensionTime, slower but correct.
+   */
+  private takeFromClient(message: PubSubMessage): void {
+    const inventory = (
+      this.subscription as unknown as { _subscriber?: { _inventory?: { remove?: unknown } } }
+    )?._subscriber?._inventory;
+    if (typeof inventory?.remove === 'function') {
+      (inventory.remove as (m: PubSubMessage) => void).call(inventory, message);
+    } else if (!this.warnedInventory) {
+      this.warnedInventory = true;
+      this.log.warn(
+        "pubsub: this @google-cloud/pubsub version hides the subscriber's inventory; flow control falls back to its lease passes",
+      );
+    }
+  }
+
+  /** Dispatches queued deliveries while the core has free slots, one at a time per ordering key. */
+  private async pump(): Promise<void> {
+    if (this.pumping) return;
+    this.pumping = true;
+    const runtime = this.runtime!;
+    try {
+      while (!this.stopped && this.queue.some((d) => this.dispatchable(d))) {
+        const free = await runtime.whenReady();
+        if (free <= 0 || this.stopped) return;
+        let started = 0;
+        for (let i = 0; i < this.queue.length && started < free; ) {
+          const delivery = this.queue[i]!;
+          if (!this.dispatchable(delivery)) {
+            i++;
+            continue;
+          }
+          this.queue.splice(i, 1);
+          started++;
+          this.launch(delivery);
+        }
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  private dispatchable(delivery: PubSubDelivery): boolean {
+    const key = delivery.orderingKey;
+    return key === undefined || !this.busyKeys.has(key);
+  }
+
+  private launch(delivery: PubSubDelivery): void {
+    const key = delivery.orderingKey;
+    if (key !== undefined) this.busyKeys.add(key);
+    void this.runtime!.dispatch(delivery).finally(() => {
+      if (key !== undefined) this.busyKeys.delete(key);
+      void this.pump();
+    });
+  }
+
+  /**
+   * On an ordering subscription, a nacked (or delayed) message brings every later message
+   * of its key back (Pub/Sub ordering docs). The copies already received must not run
+   * before it: they are dropped here, before the nack is sent (the service hands them
+   * out again after it, with new ack IDs).
+   */
+  private dropQueuedOfKey(delivery: PubSubDelivery): void {
+    const key = delivery.orderingKey;
+    if (key === undefined || !this.subscriptionFacts?.messageOrdering) return;
+    for (let i = this.queue.length - 1; i >= 0; i--) {
+      if (this.queue[i]!.orderingKey === key) this.queue.splice(i, 1);
+    }
+  }
+
+  private keepQueuedLeases(): void {
+    for (const delivery of [...this.queue]) {
+      this.settlement.modAck(delivery.ackId, this.leaseSeconds).catch((error: unknown) => {
+        if (!isOncelyError(error, 'LEASE_LOST')) return;
+        // Gone (exactly-once says so): the service hands it out again.
+        const at = this.queue.indexOf(delivery);
+        if (at >= 0) this.queue.splice(at, 1);
+      });
+    }
+  }
+
+  private get exactlyOnce(): boolean {
+    return this.subscriptionFacts?.exactlyOnce ?? false;
+  }
+
+  /**
+   * With exactly-once, settlements and renewals go through the client's
+   * `ackWithResponse` / `modAckWithResponse` / `nackWithResponse`, which resolve once the
+   * service confirmed them and reject with the per-ack-ID result (`AckError`). Without
+   * exactly-once those resolve before anything is sent, so the adapter's own unary calls
+   * are used instead (they resolve on the service's answer).
+   */
+  private modAck(delivery: PubSubDelivery, seconds: number): Promise<void> {
+    if (!this.exactlyOnce) return this.settlement.modAck(delivery.ackId, seconds);
+    const { message } = delivery;
+    return this.throughClient('ModifyAckDeadline', () =>
+      seconds === 0 ? message.nackWithResponse() : message.modAckWithResponse(seconds),
+    );
+  }
+
+  /** Runs a client `*WithResponse` call; an `AckError` becomes what the core expects. */
+  private async throughClient(operation: string, call: () => Promise<unknown>): Promise<void> {
+    try {
+      await call();
+    } catch (error) {
+      throw toSettlementError(operation, error, ackErrorCode(error));
+    }
+  }
+
+  /** Counts and logs invalid ack IDs; the rejection still reaches the core. */
+  private async counted(call: Promise<void>): Promise<void> {
+    try {
+      await call;
+    } catch (error) {
+      if (isOncelyError(error, 'LEASE_LOST')) {
+        this.stats.staleAckIds++;
+        this.log.warn('pubsub: the ack ID is no longer valid (lease lapsed or message redelivered)', {
+          error,
+        });
+      }
+      throw error;
+    }
+  }
+
+  // ------------------------------------------------------------------------------------
+  // Settlement
+  // ------------------------------------------------------------------------------------
+
+  /**
+   * A failed attempt. With a retry policy on the subscription a nack lets the service
+   * apply its own backoff (the core's delay is then not used); without one, the ack
+   * deadline is set to the delay (at most 600 s) and the service redelivers when it lapses.
+   */
+  private async retry(delivery: PubSubDelivery, delayMs: number): Promise<void> {
+    this.dropQueuedOfKey(delivery);
+    // Without exactly-once the client sends its receipt modAck (the lease length) in a
+    // batch a few ms after receipt, without waiting for it. A handler that fails faster
+    // would see its delayed modAck overwritten by that later one: the retry would come
+    // after a whole lease instead of the backoff. Let the receipt modAck go first.
+    const wait = delivery.receivedAt + RECEIPT_MODACK_GUARD_MS - Date.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    const seconds = this.subscriptionFacts?.retryPolicy
+      ? 0
+      : Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(0, Math.ceil(delayMs / 1000)));
+    await this.modAck(delivery, seconds);
+  }
+
+  private async deadLetter(
+    delivery: PubSubDelivery,
+    reason: DeadLetterReason,
+    detail: string,
+  ): Promise<void> {
+    const topic = this.deadLetterTopic;
+    if (!topic) {
+      // Park it as long as one deadline allows: never processed unprotected, never dropped.
+      await this.settlement.modAck(delivery.ackId, MAX_ACK_DEADLINE_SECONDS).catch(() => {});
+      throw new BrokerMisconfiguredError(
+        `cannot dead-letter (${reason}: ${detail}): ${this.subscriptionName} has no dead-letter topic; the message is parked for ${MAX_ACK_DEADLINE_SECONDS} s. Configure broker.deadLetterTopic or a dead-letter policy.`,
+      );
+    }
+    const { message } = delivery;
+    const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
+    await topic.publishMessage({
+      data: message.data,
+      attributes: {
+        ...message.attributes,
+        [DEAD_LETTER_ATTRIBUTES.reason]: reason,
+        ...(trimmed ? { [DEAD_LETTER_ATTRIBUTES.detail]: trimmed } : {}),
+        [DEAD_LETTER_ATTRIBUTES.sourceMessageId]: message.id,
+        [DEAD_LETTER_ATTRIBUTES.sourceSubscription]: this.subscriptionName,
+        // Publishing with an ordering key needs ordering on the publisher; the key is
+        // kept as an attribute instead.
+        ...(message.orderingKey ? { [DEAD_LETTER_ATTRIBUTES.orderingKey]: message.orderingKey } : {}),
+      },
+    });
+    this.stats.deadLettered++;
+    if (this.exactlyOnce) await this.throughClient('Acknowledge', () => message.ackWithResponse());
+    else await this.settlement.ack(delivery.ackId);
+  }
+}

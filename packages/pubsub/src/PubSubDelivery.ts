@@ -1,0 +1,80 @@
+import type { Message as PubSubMessage } from '@google-cloud/pubsub';
+import type { DeadLetterReason, Delivery, Envelope } from '@oncely/core';
+import { MAX_ACK_DEADLINE_SECONDS } from './pubsubConfig.js';
+
+/** What a delivery needs from its adapter to settle. */
+export interface DeliverySettler {
+  ack(delivery: PubSubDelivery): Promise<void>;
+  modAck(delivery: PubSubDelivery, seconds: number): Promise<void>;
+  /** A failed attempt: the subscription's retry policy, else a delayed modAck. */
+  retry(delivery: PubSubDelivery, delayMs: number): Promise<void>;
+  deadLetter(delivery: PubSubDelivery, reason: DeadLetterReason, detail: string): Promise<void>;
+}
+
+/**
+ * One delivery of one Pub/Sub message (one ack ID): the core settles it through these.
+ *
+ * - `ack` acknowledges it and resolves once the service answered (with exactly-once, a
+ *   stale ack ID rejects with `LeaseLostError`);
+ * - `retryLater(ms)` nacks it where the subscription has a retry policy (the service's
+ *   backoff applies), else sets its ack deadline to the delay so the service hands it out
+ *   again then;
+ * - `release` nacks it (ModifyAckDeadline 0);
+ * - `extendLease(ms)` sets its ack deadline to `ms` from now (ModifyAckDeadline counts
+ *   from the call), at most 600 s;
+ * - `deadLetter` publishes a copy with the reason to the dead-letter topic, then acks it.
+ *
+ * @example
+ * ```ts
+ * await runtime.dispatch(new PubSubDelivery(message, envelope, settler, Date.now(), 10_000));
+ * ```
+ */
+export class PubSubDelivery implements Delivery {
+  private expiresAt: number;
+
+  constructor(
+    readonly message: PubSubMessage,
+    readonly envelope: Envelope,
+    private readonly settler: DeliverySettler,
+    readonly receivedAt: number,
+    leaseMs: number,
+  ) {
+    this.expiresAt = receivedAt + leaseMs;
+  }
+
+  get ackId(): string {
+    return this.message.ackId;
+  }
+
+  get orderingKey(): string | undefined {
+    return this.envelope.orderingKey;
+  }
+
+  get leaseExpiresAt(): number {
+    return this.expiresAt;
+  }
+
+  ack(): Promise<void> {
+    return this.settler.ack(this);
+  }
+
+  retryLater(delayMs: number): Promise<void> {
+    return this.settler.retry(this, delayMs);
+  }
+
+  deadLetter(reason: DeadLetterReason, detail: string): Promise<void> {
+    return this.settler.deadLetter(this, reason, detail);
+  }
+
+  release(): Promise<void> {
+    return this.settler.modAck(this, 0);
+  }
+
+  async extendLease(ms: number): Promise<void> {
+    const seconds = Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(1, Math.ceil(ms / 1000)));
+    const calledAt = Date.now();
+    await this.settler.modAck(this, seconds);
+    // Counted from the call: the service saw it no earlier than calledAt.
+    this.expiresAt = calledAt + seconds * 1000;
+  }
+}

@@ -1,0 +1,175 @@
+import type { PubSub } from '@google-cloud/pubsub';
+import { ConfigError } from '@oncely/core';
+
+/** Pub/Sub accepts ack deadlines of at most 600 s (ModifyAckDeadline, Subscription). */
+export const MAX_ACK_DEADLINE_SECONDS = 600;
+
+/**
+ * The `broker` section of a consumer config for Google Cloud Pub/Sub.
+ *
+ * @example
+ * ```ts
+ * const broker: PubSubBrokerConfig = {
+ *   type: 'pubsub',
+ *   projectId: 'shop-prod',
+ *   subscription: 'payments',
+ *   deadLetterTopic: 'payments-dead-letters',
+ * };
+ * ```
+ */
+export interface PubSubBrokerConfig {
+  type: 'pubsub';
+  /** Subscription ID (`payments`) or full name (`projects/p/subscriptions/payments`). */
+  subscription: string;
+  /** @default the client's own resolution (`PUBSUB_PROJECT_ID`, credentials) */
+  projectId?: string;
+  /**
+   * `host:port` of an emulator (the client's emulator mode: plain-text gRPC, no
+   * credentials), or a regional endpoint. @default `PUBSUB_EMULATOR_HOST`, else Google's endpoint
+   */
+  apiEndpoint?: string;
+  /**
+   * A client you built yourself (used as is and not closed on close). Exclusive with
+   * `projectId` and `apiEndpoint`. @default a new PubSub from `projectId` and `apiEndpoint`
+   */
+  client?: PubSub;
+  /**
+   * Lease per delivery and per renewal, in seconds (1–600; the service accepts 10–600
+   * for a subscription's own deadline, any 0–600 for ModifyAckDeadline).
+   * @default the subscription's `ackDeadlineSeconds`
+   */
+  ackDeadlineSeconds?: number;
+  /** StreamingPull streams; each gets `max_outstanding_messages` = concurrency from the service. @default 1 */
+  maxStreams?: number;
+  /**
+   * Topic that receives messages Oncely dead-letters (published with the reason as an
+   * attribute, then the original is acked). ID or full name.
+   * @default the subscription's dead-letter policy topic, if any
+   */
+  deadLetterTopic?: string;
+}
+
+/** {@link PubSubBrokerConfig} after validation. */
+export interface PubSubSettings {
+  subscription: string;
+  projectId?: string;
+  apiEndpoint?: string;
+  client?: PubSub;
+  ackDeadlineSeconds?: number;
+  maxStreams: number;
+  deadLetterTopic?: string;
+}
+
+const KNOWN_OPTIONS = new Set([
+  'type',
+  'subscription',
+  'projectId',
+  'apiEndpoint',
+  'client',
+  'ackDeadlineSeconds',
+  'maxStreams',
+  'deadLetterTopic',
+]);
+
+const SUBSCRIPTION_NAME = /^(projects\/[^/]+\/subscriptions\/)?[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$/;
+const TOPIC_NAME = /^(projects\/[^/]+\/topics\/)?[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$/;
+
+/**
+ * Validates the `broker` section. Throws a `ConfigError` naming the offending field;
+ * unknown options are refused so that a typo fails at boot instead of being ignored.
+ *
+ * @example
+ * ```ts
+ * const settings = parsePubSubConfig({ type: 'pubsub', subscription: 'payments' });
+ * ```
+ */
+export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettings {
+  if (typeof broker !== 'object' || broker === null) throw new ConfigError('broker', 'must be an object');
+  if (broker.type !== 'pubsub')
+    throw new ConfigError('broker.type', `must be 'pubsub', got ${show(broker.type)}`);
+  for (const field of Object.keys(broker)) {
+    if (!KNOWN_OPTIONS.has(field)) {
+      throw new ConfigError(
+        `broker.${field}`,
+        `is not a Pub/Sub option (known: ${[...KNOWN_OPTIONS].join(', ')})`,
+      );
+    }
+  }
+  const subscription = broker.subscription;
+  if (typeof subscription !== 'string' || !validName(SUBSCRIPTION_NAME, subscription)) {
+    throw new ConfigError(
+      'broker.subscription',
+      `must be a subscription ID or projects/{project}/subscriptions/{id}, got ${show(subscription)}`,
+    );
+  }
+  const deadLetterTopic = broker.deadLetterTopic;
+  if (
+    deadLetterTopic !== undefined &&
+    (typeof deadLetterTopic !== 'string' || !validName(TOPIC_NAME, deadLetterTopic))
+  ) {
+    throw new ConfigError(
+      'broker.deadLetterTopic',
+      `must be a topic ID or projects/{project}/topics/{id}, got ${show(deadLetterTopic)}`,
+    );
+  }
+  for (const field of ['projectId', 'apiEndpoint'] as const) {
+    const value = broker[field];
+    if (value !== undefined && (typeof value !== 'string' || value === '')) {
+      throw new ConfigError(`broker.${field}`, `must be a non-empty string, got ${show(value)}`);
+    }
+  }
+  const client = broker.client;
+  if (client !== undefined) {
+    if (
+      typeof client !== 'object' ||
+      client === null ||
+      typeof (client as PubSub).subscription !== 'function'
+    ) {
+      throw new ConfigError('broker.client', 'must be a PubSub from @google-cloud/pubsub');
+    }
+    for (const field of ['projectId', 'apiEndpoint'] as const) {
+      if (broker[field] !== undefined) {
+        throw new ConfigError(
+          `broker.${field}`,
+          'cannot be combined with broker.client; configure the client instead',
+        );
+      }
+    }
+  }
+  return {
+    subscription,
+    projectId: broker.projectId as string | undefined,
+    apiEndpoint: broker.apiEndpoint as string | undefined,
+    client: client as PubSub | undefined,
+    ackDeadlineSeconds: integer(
+      broker.ackDeadlineSeconds,
+      1,
+      MAX_ACK_DEADLINE_SECONDS,
+      'broker.ackDeadlineSeconds',
+    ),
+    maxStreams: integer(broker.maxStreams, 1, 20, 'broker.maxStreams') ?? 1,
+    deadLetterTopic: deadLetterTopic as string | undefined,
+  };
+}
+
+/** The ID part must not start with `goog` (reserved by the service). */
+function validName(pattern: RegExp, name: string): boolean {
+  return pattern.test(name) && !/^goog/i.test(name.split('/').pop()!);
+}
+
+function integer(value: unknown, min: number, max: number, field: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${show(value)}`);
+  }
+  return value;
+}
+
+function show(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}

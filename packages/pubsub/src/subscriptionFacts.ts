@@ -1,0 +1,81 @@
+import type { PubSub, protos } from '@google-cloud/pubsub';
+import { BrokerMisconfiguredError } from '@oncely/core';
+
+/** gRPC NOT_FOUND. */
+const NOT_FOUND = 5;
+
+/**
+ * What the adapter and `diagnose()` need to know about a subscription.
+ *
+ * @example
+ * ```ts
+ * const facts = await readSubscriptionFacts(pubsub, 'projects/p/subscriptions/payments');
+ * if (!facts.exactlyOnce) console.warn('stale acks are accepted silently');
+ * ```
+ */
+export interface SubscriptionFacts {
+  name: string;
+  topic: string;
+  ackDeadlineSeconds: number;
+  exactlyOnce: boolean;
+  messageOrdering: boolean;
+  deadLetterPolicy?: { deadLetterTopic: string; maxDeliveryAttempts: number };
+  retryPolicy?: { minimumBackoffMs: number; maximumBackoffMs: number };
+  detached: boolean;
+}
+
+function durationMs(
+  duration: { seconds?: unknown; nanos?: unknown } | null | undefined,
+  fallback: number,
+): number {
+  if (!duration) return fallback;
+  return Number(duration.seconds ?? 0) * 1000 + Math.floor(Number(duration.nanos ?? 0) / 1e6);
+}
+
+/**
+ * Reads the subscription's settings (GetSubscription). A missing subscription is a
+ * `BrokerMisconfiguredError`; other failures are rethrown as they are.
+ *
+ * @example
+ * ```ts
+ * const { ackDeadlineSeconds } = await readSubscriptionFacts(pubsub, name);
+ * ```
+ */
+export async function readSubscriptionFacts(pubsub: PubSub, name: string): Promise<SubscriptionFacts> {
+  let metadata: protos.google.pubsub.v1.ISubscription;
+  try {
+    [metadata] = await pubsub.subscription(name).getMetadata();
+  } catch (error) {
+    if ((error as { code?: unknown }).code === NOT_FOUND) {
+      throw new BrokerMisconfiguredError(`Pub/Sub subscription ${name} does not exist`, { cause: error });
+    }
+    throw error;
+  }
+  const deadLetter = metadata.deadLetterPolicy;
+  const retry = metadata.retryPolicy;
+  return {
+    name,
+    topic: metadata.topic ?? '',
+    // 0 means the default of 10 s (Subscription.ack_deadline_seconds).
+    ackDeadlineSeconds: metadata.ackDeadlineSeconds || 10,
+    exactlyOnce: !!metadata.enableExactlyOnceDelivery,
+    messageOrdering: !!metadata.enableMessageOrdering,
+    ...(deadLetter?.deadLetterTopic
+      ? {
+          deadLetterPolicy: {
+            deadLetterTopic: deadLetter.deadLetterTopic,
+            maxDeliveryAttempts: deadLetter.maxDeliveryAttempts || 5,
+          },
+        }
+      : {}),
+    ...(retry
+      ? {
+          retryPolicy: {
+            minimumBackoffMs: durationMs(retry.minimumBackoff, 10_000),
+            maximumBackoffMs: durationMs(retry.maximumBackoff, 600_000),
+          },
+        }
+      : {}),
+    detached: !!metadata.detached,
+  };
+}

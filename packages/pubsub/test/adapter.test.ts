@@ -1,0 +1,188 @@
+import { randomUUID } from 'node:crypto';
+import type { PubSub } from '@google-cloud/pubsub';
+import { type ConsumerEvent, createConsumer, isOncelyError, silentLogger } from '@oncely/core';
+import type { PubSubEmulator } from '@oncely/emulators/pubsub';
+import { PostgresStore } from '@oncely/postgres';
+import { createAdapter, diagnose, publishWithId } from '@oncely/pubsub';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { adminClient, DATABASE_URL, PROJECT, postgresAvailable, startEmulator } from './support.js';
+
+// The adapter's options, diagnose(), publishWithId and createConsumer loading the package
+// by broker type, with the real client on the in-process emulator.
+
+const hasPostgres = await postgresAvailable();
+let emulator: PubSubEmulator;
+let pubsub: PubSub;
+
+beforeAll(async () => {
+  emulator = await startEmulator();
+  pubsub = adminClient(emulator);
+});
+afterAll(async () => {
+  await pubsub.close();
+  await emulator.stop();
+});
+
+const unique = (label: string) => `${label}-${randomUUID().slice(0, 8)}`;
+const log = silentLogger;
+
+describe('broker options', () => {
+  const fieldOf = (broker: Record<string, unknown>) => {
+    try {
+      createAdapter({ type: 'pubsub', ...broker }, { consumerName: 'c', log });
+      return undefined;
+    } catch (error) {
+      expect(isOncelyError(error, 'CONFIG_INVALID')).toBe(true);
+      return (error as { field?: string }).field;
+    }
+  };
+
+  it('names the offending field', () => {
+    expect(fieldOf({})).toBe('broker.subscription');
+    expect(fieldOf({ subscription: 'ab' })).toBe('broker.subscription');
+    expect(fieldOf({ subscription: 'payments', subscriptionName: 'x' })).toBe('broker.subscriptionName');
+    expect(fieldOf({ subscription: 'payments', ackDeadlineSeconds: 601 })).toBe('broker.ackDeadlineSeconds');
+    expect(fieldOf({ subscription: 'payments', maxStreams: 0 })).toBe('broker.maxStreams');
+    expect(fieldOf({ subscription: 'payments', deadLetterTopic: 'goog' })).toBe('broker.deadLetterTopic');
+    expect(fieldOf({ subscription: 'payments', client: pubsub, projectId: 'p' })).toBe('broker.projectId');
+    expect(fieldOf({ subscription: 'projects/p/subscriptions/payments', projectId: 'p' })).toBeUndefined();
+  });
+});
+
+describe('diagnose()', () => {
+  it('compares the dead-letter policy with maxAttempts and reports exactly-once', async () => {
+    const [topic] = await pubsub.createTopic(unique('diag'));
+    const [dead] = await pubsub.createTopic(unique('diag-dlq'));
+    const [subscription] = await topic.createSubscription(unique('diag-sub'), {
+      ackDeadlineSeconds: 10,
+      enableExactlyOnceDelivery: true,
+      deadLetterPolicy: { deadLetterTopic: dead.name, maxDeliveryAttempts: 5 },
+    });
+    const report = await diagnose({
+      name: 'c',
+      broker: {
+        type: 'pubsub',
+        projectId: PROJECT,
+        apiEndpoint: emulator.address,
+        subscription: subscription.name,
+      },
+      store: undefined as never,
+      handler: async () => {},
+      maxAttempts: 5,
+      handlerTimeoutMs: 30_000,
+    });
+    const text = (level: string) =>
+      report.findings
+        .filter((f) => f.level === level)
+        .map((f) => f.message)
+        .join('\n');
+    expect(text('error')).toContain('maxDeliveryAttempts (5) must be above maxAttempts (5)');
+    expect(text('ok')).toContain('exactly-once delivery is on');
+    expect(text('ok')).toContain('the lease keeper extends it');
+    expect(text('ok')).toContain(`published to ${dead.name}`);
+  });
+
+  it('reports a missing subscription and a lease shorter than the handler without renewal', async () => {
+    const missing = await diagnose({
+      name: 'c',
+      broker: {
+        type: 'pubsub',
+        projectId: PROJECT,
+        apiEndpoint: emulator.address,
+        subscription: unique('nope'),
+      },
+      store: undefined as never,
+      handler: async () => {},
+    });
+    expect(missing.findings.map((f) => f.level)).toEqual(['error']);
+    expect(missing.findings[0]!.message).toContain('does not exist');
+
+    const [topic] = await pubsub.createTopic(unique('diag'));
+    const [subscription] = await topic.createSubscription(unique('diag-sub'), { ackDeadlineSeconds: 10 });
+    const report = await diagnose({
+      name: 'c',
+      broker: {
+        type: 'pubsub',
+        projectId: PROJECT,
+        apiEndpoint: emulator.address,
+        subscription: subscription.name,
+      },
+      store: undefined as never,
+      handler: async () => {},
+      leaseRenewal: false,
+      handlerTimeoutMs: 60_000,
+    });
+    const errors = report.findings.filter((f) => f.level === 'error').map((f) => f.message);
+    expect(errors.join('\n')).toContain('leaseRenewal is off');
+    expect(errors.join('\n')).toContain('no dead-letter topic');
+    expect(report.findings.map((f) => f.message).join('\n')).toContain('exactly-once delivery is off');
+  });
+});
+
+describe('publishWithId', () => {
+  it('sets the message-id attribute and the ordering key', async () => {
+    const [topic] = await pubsub.createTopic(unique('pub'));
+    topic.setPublishOptions({ messageOrdering: true });
+    const [subscription] = await topic.createSubscription(unique('pub-sub'), { enableMessageOrdering: true });
+    const messageId = await publishWithId(topic, {
+      id: 'order-42',
+      body: { n: 42 },
+      orderingKey: 'customer-7',
+    });
+    const held = emulator.inspectSubscription(subscription.name)!.messages;
+    expect(held).toHaveLength(1);
+    expect(held[0]!.messageId).toBe(messageId);
+    expect(held[0]!.attributes['message-id']).toBe('order-42');
+    expect(held[0]!.orderingKey).toBe('customer-7');
+    expect(JSON.parse(held[0]!.data.toString())).toEqual({ n: 42 });
+  });
+
+  it('gives up after the last attempt with the service error', async () => {
+    const topic = pubsub.topic(unique('missing'));
+    const error = await publishWithId(topic, { id: 'x', body: {} }, { attempts: 2, backoffMs: 10 }).catch(
+      (e) => e,
+    );
+    expect((error as { code?: number }).code).toBe(5);
+  });
+});
+
+describe.skipIf(!hasPostgres)('createConsumer by broker type', () => {
+  it('loads @oncely/pubsub for type "pubsub" and processes a message once, exactly-once on', async () => {
+    const schema = `oncely_pubsub_adapter_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
+    const store = new PostgresStore({ connectionString: DATABASE_URL, schema, logger: silentLogger });
+    await store.migrate();
+    const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+    await pool.query(`CREATE TABLE "${schema}".effects (id text)`);
+    const [topic] = await pubsub.createTopic(unique('e2e'));
+    const [subscription] = await topic.createSubscription(unique('e2e-sub'), {
+      ackDeadlineSeconds: 10,
+      enableExactlyOnceDelivery: true,
+    });
+    const consumer = await createConsumer({
+      name: 'e2e',
+      broker: {
+        type: 'pubsub',
+        projectId: PROJECT,
+        apiEndpoint: emulator.address,
+        subscription: subscription.name,
+      },
+      store,
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        await ctx.tx.query(`INSERT INTO "${schema}".effects (id) VALUES ($1)`, [message.id]);
+      },
+    });
+    const processed = new Promise<ConsumerEvent>((resolve) => consumer.on('processed', resolve));
+    await consumer.start();
+    await publishWithId(topic, { id: 'e2e-1', body: { ok: true } });
+    expect((await processed).messageId).toBe('e2e-1');
+    await consumer.stop();
+    expect(emulator.inspectSubscription(subscription.name)!.messages).toHaveLength(0);
+    const { rows } = await pool.query(`SELECT id FROM "${schema}".effects`);
+    expect(rows).toEqual([{ id: 'e2e-1' }]);
+    await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
+    await pool.end();
+    await store.close();
+  });
+});
