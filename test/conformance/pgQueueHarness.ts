@@ -68,7 +68,10 @@ export function pgQueueHarness(
         backlog: () => client.backlog(),
         forceRedelivery: (id) => client.forceRedelivery(id),
         // Server-side: PostgreSQL terminates the consumers' sessions, as a broker restart would.
-        disconnect: () => client.terminate(applicationName),
+        disconnect: async () => {
+          if ((await client.terminate(applicationName)) === 0)
+            throw new Error(`disconnect(): no session named ${applicationName} to cut`);
+        },
         teardown: () => client.close(),
       };
     },
