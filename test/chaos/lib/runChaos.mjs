@@ -367,8 +367,9 @@ export async function runChaos(input) {
         note('broker restart begins');
         note(`broker restart done: ${await backend.restart()}`);
       } else if (kind === 'pg-restart') {
-        note('PostgreSQL restart begins (pg_ctlcluster 15 main restart)');
-        await run('pg_ctlcluster', ['15', 'main', 'restart']);
+        const cluster = pgCluster();
+        note(`PostgreSQL restart begins (pg_ctlcluster ${cluster.join(' ')} restart)`);
+        await run('pg_ctlcluster', [...cluster, 'restart']);
         note('PostgreSQL restarted');
       }
     };
@@ -580,6 +581,12 @@ export async function runChaos(input) {
     await cleanup();
     throw error;
   }
+}
+
+/** `[version, name]` of the cluster --pg-restart restarts: ONCELY_PG_CLUSTER ("15 oncely_chaos") or 15 main. */
+function pgCluster() {
+  const [version = '15', name = 'main'] = (process.env.ONCELY_PG_CLUSTER ?? '15 main').trim().split(/\s+/);
+  return [version, name];
 }
 
 /**
