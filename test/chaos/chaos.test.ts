@@ -127,7 +127,11 @@ describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kil
   });
 
   it.skipIf(!hasKafka)('Kafka (a broker of its own, restarted mid-run)', async () => {
-    expectExactlyOnce(await chaos('kafka', { kills: 3 }), { brokerRestart: true, kills: 3 });
+    expectExactlyOnce(await chaos('kafka', { kills: 3 }), {
+      brokerRestart: true,
+      brokerDrop: true,
+      kills: 3,
+    });
   });
 });
 
