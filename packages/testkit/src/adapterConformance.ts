@@ -408,7 +408,10 @@ const SCENARIOS: Scenario[] = [
     title: 'failure before commit: the handler writes its row, then throws on attempt 1',
     // Catches a marker committed outside the handler's transaction: after attempt 1 the
     // marker probe would find it (and the retry would be skipped as a duplicate, leaving
-    // no row at all).
+    // no row at all). And an ack after a silent rollback: a handler that swallowed a
+    // statement error leaves the transaction aborted, PostgreSQL answers the COMMIT with
+    // ROLLBACK, and a store that takes that for a commit acks a message with no row.
+    // Both are planted in test/defects.
     missing: (f) => needs(f, 'redeliveryOnRetry'),
     setup: () => ({ leaseMs: 10_000 }),
     timeoutMs: 60_000,
