@@ -8,3 +8,9 @@ export RABBITMQ_URL="${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672}"
 npm run build --silent
 npx biome check .
 npx vitest run "$@"
+# The serial group, after every project and alone (a full run only): a chaos run with a
+# real PostgreSQL restart, on a cluster it creates for itself (the shared one is never
+# restarted); it checks the server is back before it ends.
+if [ "$#" -eq 0 ]; then
+  bash test/chaos/pgRestart.sh
+fi

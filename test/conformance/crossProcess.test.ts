@@ -3,7 +3,9 @@
  * SIGKILLed right after / right before its commit) run against a queue kept in a
  * PostgreSQL table, which outlives the killed process the way a real broker does. The
  * memory broker cannot show this (it lives in the test process); real adapters run the
- * same two scenarios against their brokers.
+ * same scenarios against their brokers. Scenario 13 (server-side disconnect) runs here
+ * too: PostgreSQL terminates the consumers' sessions, the memory broker has none. So
+ * does 16: a release raises this queue's delivery count, the memory broker's does not.
  */
 import { requireService, runAdapterConformance } from '@oncely/testkit';
 import { describe } from 'vitest';
@@ -17,6 +19,6 @@ describe.skipIf(!hasPostgres)('crossProcess machinery', () => {
     name: 'crash-test child process on a PostgreSQL-table queue',
     features: pgQueueFeatures,
     createHarness: () => pgQueueHarness(),
-    only: [5, 6, 17],
+    only: [5, 6, 13, 16, 17],
   });
 });

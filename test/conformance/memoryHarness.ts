@@ -26,7 +26,7 @@ export const memoryFeatures: AdapterFeatures = {
   crossProcess: false,
 };
 
-export function memoryHarness(): AdapterHarness {
+export function memoryHarness(options: { poolMax?: number } = {}): AdapterHarness {
   // One schema per run of this file, dropped only when every scenario passed.
   const schema = `oncely_memory_conformance_${randomBytes(4).toString('hex')}`;
   return {
@@ -36,7 +36,12 @@ export function memoryHarness(): AdapterHarness {
       schema,
       // Short connect timeout: while the proxy is cut, connecting is refused at once anyway.
       createStore: (connectionString, schema) =>
-        new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000 }),
+        new PostgresStore({
+          connectionString,
+          schema,
+          connectTimeoutMs: 2000,
+          ...(options.poolMax === undefined ? {} : { poolMax: options.poolMax }),
+        }),
     }),
     async setup({ name, leaseMs, maxDeliveries, ordered }) {
       // A broker per scenario: nothing leaks between scenarios.

@@ -16,7 +16,7 @@ export const pgQueueFeatures: AdapterFeatures = {
   deliveryCount: true,
   ordering: 'none',
   competingConsumers: true,
-  serverSideDisconnect: false,
+  serverSideDisconnect: true,
   brokerRestart: false,
   brokerDedup: false,
   staleAckDetectable: true,
@@ -33,7 +33,8 @@ export function pgQueueHarness(
     brokerType: 'memory',
     childModule,
     loadAdapter: async () => pgQueueModule,
-    // Only the store itself: this harness runs the crash scenarios (5, 6) alone.
+    // Only the store itself: this harness runs the crash scenarios (5, 6, 17) and the
+    // server-side disconnect (13) alone.
     createStore: postgresStores({
       connectionString: DATABASE_URL,
       schema,
@@ -42,6 +43,10 @@ export function pgQueueHarness(
     async setup({ name, leaseMs }) {
       // The queue table lives in the store's schema, so it goes when the schema does.
       const table = `"${schema}"."queue_${name.replace(/[^a-z0-9]/gi, '_')}"`;
+      // The consumers' connections carry this name, so disconnect() cuts theirs alone.
+      const applicationName = `oncely_pgqueue_${tag}_${randomBytes(3).toString('hex')}`;
+      const consumerUrl = new URL(DATABASE_URL);
+      consumerUrl.searchParams.set('application_name', applicationName);
       const client = new PgQueueClient(DATABASE_URL, table);
       await client.create();
       const lease = leaseMs ?? 5_000;
@@ -54,7 +59,7 @@ export function pgQueueHarness(
         },
         brokerConfig: (overrides) => ({
           type: 'memory',
-          connectionString: DATABASE_URL,
+          connectionString: consumerUrl.href,
           table,
           leaseMs: lease,
           ...overrides,
@@ -62,6 +67,11 @@ export function pgQueueHarness(
         deadLetters: () => client.deadLetters(),
         backlog: () => client.backlog(),
         forceRedelivery: (id) => client.forceRedelivery(id),
+        // Server-side: PostgreSQL terminates the consumers' sessions, as a broker restart would.
+        disconnect: async () => {
+          if ((await client.terminate(applicationName)) === 0)
+            throw new Error(`disconnect(): no session named ${applicationName} to cut`);
+        },
         teardown: () => client.close(),
       };
     },

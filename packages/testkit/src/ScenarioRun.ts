@@ -12,7 +12,7 @@ import {
   type Message,
   type SqlClient,
 } from '@oncely/core';
-import { WaitTimeoutError } from './errors.js';
+import { HarnessIncompleteError, WaitTimeoutError } from './errors.js';
 import { FaultInjector } from './FaultInjector.js';
 import type {
   AdapterFeatures,
@@ -218,14 +218,30 @@ export class ScenarioRun {
     throw new Error('unreachable: the probe transaction always rolls back');
   }
 
-  /** Waits until the broker reports no unsettled message (skipped when it cannot tell). */
+  /**
+   * Waits until the broker reports no unsettled message. Skipped only where the harness
+   * declares `backlogUnknown`; an `undefined` backlog from any other harness is an error.
+   */
   async waitForBacklogZero(timeoutMs: number): Promise<void> {
-    if ((await this.setup.backlog()) === undefined) return;
-    await waitFor(async () => (await this.setup.backlog()) === 0, {
+    if (this.state.harness.backlogUnknown !== undefined) return;
+    // Asked once outside waitFor, which would retry the error until its deadline.
+    if ((await this.knownBacklog()) === 0) return;
+    await waitFor(async () => (await this.knownBacklog()) === 0, {
       timeoutMs,
       intervalMs: 100,
       description: 'backlog 0 (every message settled at the broker)',
     });
+  }
+
+  private async knownBacklog(): Promise<number> {
+    const backlog = await this.setup.backlog();
+    if (backlog === undefined) {
+      throw new HarnessIncompleteError(
+        'setup.backlog',
+        'a count of unsettled messages (it answered undefined); a broker that cannot count declares backlogUnknown',
+      );
+    }
+    return backlog;
   }
 
   /** How many times the broker handed `messageId` to the suite's consumers. */

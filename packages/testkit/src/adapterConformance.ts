@@ -24,10 +24,39 @@ export interface AdapterConformanceOptions {
   createHarness: () => AdapterHarness | Promise<AdapterHarness>;
   /** Title of the `describe` block. @default 'adapter conformance' */
   name?: string;
-  /** Run only these scenario numbers (1–17), for debugging an adapter. @default all */
+  /**
+   * Run only these scenario numbers (1–17), for debugging an adapter. The others are
+   * registered as skipped (`[skipped: not in only]`), never dropped. @default all
+   */
   only?: readonly number[];
+  /**
+   * Planted-defect runs: each listed scenario must FAIL with an error whose message
+   * matches its pattern (the symptom the defect causes). Its test passes when it does,
+   * and fails when the scenario passes (the defect went undetected) or fails for another
+   * reason. Scenarios not listed are registered as skipped. @default none
+   */
+  mustFail?: Readonly<Record<number, RegExp>>;
+  /** Called with each `mustFail` scenario's outcome, for reports. @default none */
+  onMustFail?: (outcome: MustFailOutcome) => void;
   /** Multiplies every deadline, for slow emulators. @default 1 */
   timeScale?: number;
+}
+
+/**
+ * How a `mustFail` scenario ended.
+ *
+ * @example
+ * ```ts
+ * const outcome: MustFailOutcome = { scenario: 3, title: '3. ack lost…', caught: true, message: 'backlog 0 …' };
+ * ```
+ */
+export interface MustFailOutcome {
+  scenario: number;
+  title: string;
+  /** True when the scenario failed and its error matched the expected symptom. */
+  caught: boolean;
+  /** The scenario's error message (first line), or undefined when it passed. */
+  message?: string;
 }
 
 /** What a scenario body gets. */
@@ -126,26 +155,54 @@ export function runAdapterConformance(options: AdapterConformanceOptions): void 
 
     for (const scenario of SCENARIOS) {
       const title = `${scenario.n}. ${scenario.title}`;
-      if (options.only && !options.only.includes(scenario.n)) continue;
+      if (options.only && !options.only.includes(scenario.n)) {
+        it.skip(`${title} [skipped: not in only]`, () => {});
+        continue;
+      }
+      const symptom = options.mustFail?.[scenario.n];
+      if (options.mustFail && !symptom) {
+        it.skip(`${title} [skipped: not a planted-defect target]`, () => {});
+        continue;
+      }
       const missing = scenario.missing(features);
       if (missing.length > 0) {
         it.skip(`${title} [skipped: needs ${missing.join(' + ')}]`, () => {});
         continue;
       }
       it(
-        title,
+        symptom ? `${title} [must fail: ${symptom.source}]` : title,
         async () => {
           if (!state) throw new Error('the conformance suite did not initialise (see the beforeAll error)');
           const suite = state;
           const run = await ScenarioRun.begin(suite, scenario.slug, scenario.setup(features));
           let passed = false;
+          let failure: unknown;
           try {
             await scenario.body({ run, features, state: suite, t: (ms) => Math.round(ms * scale) });
-            passed = true;
           } catch (error) {
+            failure = error;
+          }
+          // A planted defect caught for the reason it names is this test's success.
+          const message = failure === undefined ? undefined : firstLine(failure);
+          const caught = symptom !== undefined && message !== undefined && symptom.test(message);
+          passed = symptom ? caught : failure === undefined;
+          try {
+            if (symptom) options.onMustFail?.({ scenario: scenario.n, title, caught, message });
+            if (passed) return;
             suite.failed = true;
             console.error(`[oncely conformance] ${title} failed; evidence:\n${run.evidence()}`);
-            throw error;
+            if (symptom && failure === undefined) {
+              throw new Error(
+                `scenario ${scenario.n} passed, but the planted defect must make it fail with ${symptom}: the defect went undetected`,
+              );
+            }
+            if (symptom) {
+              throw new Error(
+                `scenario ${scenario.n} failed, but not with the planted defect's symptom ${symptom}: ${message}`,
+                { cause: failure },
+              );
+            }
+            throw failure;
           } finally {
             await run.end(passed);
           }
@@ -159,6 +216,12 @@ export function runAdapterConformance(options: AdapterConformanceOptions): void 
 // ---------------------------------------------------------------------------------------
 // Helpers shared by the scenarios
 // ---------------------------------------------------------------------------------------
+
+/** The first line of an error's message (vitest appends diffs after it). */
+function firstLine(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  return text.split('\n', 1)[0] ?? '';
+}
 
 function ids(prefix: string, count: number): string[] {
   return Array.from({ length: count }, (_, i) => `${prefix}-${i}`);
@@ -323,7 +386,12 @@ const SCENARIOS: Scenario[] = [
       // a harness without forceRedelivery, let their leases lapse).
       if (run.setup.forceRedelivery) for (const id of lost) await run.setup.forceRedelivery(id);
       const deadline = t(run.leaseMs * 3 + 30_000);
-      for (const id of lost) await run.spy.waitFor('duplicate', byId(id), deadline);
+      for (const id of lost) {
+        await waitFor(() => run.spy.countFor('duplicate', id) > 0, {
+          timeoutMs: deadline,
+          description: `the redelivery of ${id} (its ack was lost) to be skipped as a duplicate (${run.spy.summary()})`,
+        });
+      }
       await waitFor(() => lost.every((id) => run.faults.confirmedAcks(id) >= 1), {
         timeoutMs: t(20_000),
         description: 'a confirmed ack of every redelivered message',
@@ -340,12 +408,18 @@ const SCENARIOS: Scenario[] = [
     title: 'failure before commit: the handler writes its row, then throws on attempt 1',
     // Catches a marker committed outside the handler's transaction: after attempt 1 the
     // marker probe would find it (and the retry would be skipped as a duplicate, leaving
-    // no row at all).
+    // no row at all). And an ack after a silent rollback: a handler that swallowed a
+    // statement error leaves the transaction aborted, PostgreSQL answers the COMMIT with
+    // ROLLBACK, and a store that takes that for a commit acks a message with no row.
+    // Both are planted in test/defects.
     missing: (f) => needs(f, 'redeliveryOnRetry'),
     setup: () => ({ leaseMs: 10_000 }),
     timeoutMs: 60_000,
     async body({ run, t }) {
       const id = 'fails-once';
+      // Its attempt 1 catches a failed statement and returns: PostgreSQL then answers the
+      // COMMIT with ROLLBACK, so that run is a failure (retried), never an ack.
+      const swallows = 'swallows-once';
       const others = ids('steady', 3);
       // Hold the retry at the fault injector: nothing can redeliver the message while we
       // inspect the database after attempt 1.
@@ -356,12 +430,21 @@ const SCENARIOS: Scenario[] = [
         concurrency: 2,
         handler: async (message, ctx) => {
           await run.insertEffect(ctx, message, 'a');
+          if (message.id === swallows && ctx.attempt === 1) {
+            await ctx.tx.query('SELECT 1 / 0').catch(() => {
+              // The deliberate mistake: the transaction is aborted, the handler returns.
+            });
+          }
           if (message.id !== id) return;
           attempts.push(ctx.attempt);
           if (ctx.attempt === 1) throw new Error('planned failure after the business insert (attempt 1)');
         },
       });
-      await run.publish([{ id, body: {} }, ...others.map((other) => ({ id: other, body: {} }))]);
+      await run.publish([
+        { id, body: {} },
+        { id: swallows, body: {} },
+        ...others.map((other) => ({ id: other, body: {} })),
+      ]);
       await run.spy.waitFor('failed', byId(id), t(20_000));
       await within(retry.reached, t(10_000), 'the retry of the failed message to be requested');
       expect(await run.effectsOf(id), 'rows after the failed attempt').toBe(0);
@@ -371,7 +454,14 @@ const SCENARIOS: Scenario[] = [
       expect(await run.effectsOf(id), 'rows after the retry').toBe(1);
       expect(await run.markerExists(id), 'processed marker after the retry').toBe(true);
       expect(attempts, 'ctx.attempt of each run of the handler').toEqual([1, 2]);
-      expectOneEffectEach(await run.waitForEffects([id, ...others], t(20_000)), [id, ...others]);
+      await run.spy.waitFor('processed', byId(swallows), t(30_000));
+      expect(
+        run.spy.countFor('failed', swallows),
+        `failed runs of ${swallows} (attempt 1 swallowed a statement error, its COMMIT rolled back: an ack would lose it)`,
+      ).toBe(1);
+      expect(await run.effectsOf(swallows), `rows of ${swallows} after its retry`).toBe(1);
+      const all = [id, swallows, ...others];
+      expectOneEffectEach(await run.waitForEffects(all, t(20_000)), all);
     },
   },
   crashScenario(5, 'after-commit'),
@@ -502,11 +592,14 @@ const SCENARIOS: Scenario[] = [
             timeoutMs: t(run.leaseMs + 20_000),
             description: 'the second consumer receiving the raced ID',
           });
+          // The race is forced only if the second copy reached the claim while this one
+          // holds its uncommitted marker (it waits on the row lock; a dedup gate outside
+          // the transaction concludes instead). Neither within the deadline: the race
+          // did not happen, and a pass would prove nothing.
           await waitFor(async () => concluded(raceId) > 0 || (await lockWaiters(run)) > 0, {
-            timeoutMs: 3_000,
-            description: 'the second consumer waiting on the uncommitted marker',
-          }).catch(() => {
-            // Best effort only: the pass condition does not depend on it.
+            timeoutMs: t(10_000),
+            description:
+              'the second consumer to wait on the uncommitted marker or conclude (the forced race)',
           });
         };
       const a = await run.startConsumer({ label: 'a', concurrency: 1, handler: handler('a') });
@@ -657,7 +750,10 @@ const SCENARIOS: Scenario[] = [
         },
       });
       await run.publish([{ id, body: {} }]);
-      await run.spy.waitFor('processed', byId(id), t(30_000));
+      await waitFor(() => run.spy.countFor('processed', id) > 0, {
+        timeoutMs: t(30_000),
+        description: `${id} processed by its third attempt (${run.spy.summary()})`,
+      });
       expect(
         starts.map((s) => s.attempt),
         'attempts',
@@ -816,7 +912,11 @@ const SCENARIOS: Scenario[] = [
       await proxy.cut();
       const cutAt = Date.now();
       await run.publish(late.map((id) => ({ id, body: {} })));
-      await run.spy.waitFor('storeUnavailable', undefined, t(30_000));
+      await waitFor(() => run.spy.count('storeUnavailable') > 0, {
+        timeoutMs: t(30_000),
+        description:
+          'the consumer to declare the store unavailable (a store error taken for a handler failure never is)',
+      });
       // The outage under test: deliberately longer than max deliveries × lease.
       await sleep((maxDeliveries + 2) * L);
       const lateEffects = [...(await run.effectCounts()).keys()].filter((id) => late.includes(id));
@@ -1107,7 +1207,11 @@ function crashScenario(n: 5 | 6, point: CrashPoint): Scenario {
       });
       // The broker hands the unacked message out again once it notices the dead consumer
       // (closed connection, or a lapsed lease).
-      await run.spy.waitFor(after ? 'duplicate' : 'processed', byId(id), t(run.leaseMs * 3 + 30_000));
+      const concluded = after ? 'duplicate' : 'processed';
+      await waitFor(() => run.spy.countFor(concluded, id) > 0, {
+        timeoutMs: t(run.leaseMs * 3 + 30_000),
+        description: `the successor to receive ${id} again and conclude it as ${concluded} (${run.spy.summary()})`,
+      });
       await run.waitForBacklogZero(t(20_000));
       expect(run.spy.countFor('duplicate', id), 'duplicate events of the successor').toBe(after ? 1 : 0);
       expect(run.spy.countFor('processed', id), 'processed events of the successor').toBe(after ? 0 : 1);

@@ -110,7 +110,10 @@ export interface HarnessSetup {
   brokerConfig(overrides?: Record<string, unknown>): BrokerConfig;
   /** What reached the dead-letter destination, with reasons. */
   deadLetters(): Promise<Array<{ id?: string; reason: string }>>;
-  /** Messages not yet settled (ready + in flight), where the broker can tell (else undefined). */
+  /**
+   * Messages not yet settled (ready + in flight). `undefined` is an error (the scenario
+   * fails) unless the harness declares {@link AdapterHarness.backlogUnknown}.
+   */
   backlog(): Promise<number | undefined>;
   /** The lease actually configured, when it differs from (or was not) requested. */
   leaseMs?: number;
@@ -245,6 +248,13 @@ export interface AdapterHarness {
   idStrategy?: IdStrategy;
   /** Loads the adapter module. @default loadAdapterModule(brokerType) from @oncely/core */
   loadAdapter?(): Promise<AdapterModule>;
+  /**
+   * Why this broker cannot count unsettled messages. Only then may `setup.backlog()`
+   * answer `undefined` (the backlog checks are skipped); otherwise `undefined` fails the
+   * scenario, so a harness that lost track of its queue cannot pass silently.
+   * @default undefined (the harness counts its backlog)
+   */
+  backlogUnknown?: string;
   /** Called once after the last scenario. */
   close?(): Promise<void>;
 }

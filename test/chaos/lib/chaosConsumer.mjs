@@ -19,6 +19,9 @@ import { seededRandom } from '@oncely/memory';
 import { withSettlements } from '@oncely/testkit';
 import { interceptDeliveries, messageIdOf } from './deliveryFaults.mjs';
 
+/** The handler run of each consumer process that stalls past the lease whatever the dice say. */
+const FORCED_STALL_RUN = 20;
+
 /** Event names counted and reported to the runner. */
 export const COUNTED_EVENTS = /** @type {const} */ ([
   'received',
@@ -68,6 +71,7 @@ export const COUNTED_EVENTS = /** @type {const} */ ([
 export async function startChaosConsumer(input) {
   const { plan, store, adapterModule, brokerConfig, report, freeze, logger } = input;
   const random = seededRandom(plan.faults.seed);
+  let handlerRuns = 0;
   /** @type {'before-commit' | 'after-commit' | undefined} */
   let armed;
   /** IDs whose transaction just committed (set by 'processed', read by the ack that follows). */
@@ -170,7 +174,9 @@ export async function startChaosConsumer(input) {
           `INSERT INTO ${table} (order_id, amount_cents, consumer) VALUES ($1, $2, $3) RETURNING id`,
           [order.orderId, order.amountCents, plan.label],
         );
-        if (random() < plan.faults.stallRate) {
+        // At a rate of 0.3 % a small run may draw no stall at all; the 20th run of every
+        // consumer process stalls regardless, so the fault the test asserts always fires.
+        if (++handlerRuns === FORCED_STALL_RUN || random() < plan.faults.stallRate) {
           count('stalls');
           await sleep(plan.faults.stallMs, ctx.signal);
         }

@@ -290,7 +290,9 @@ export async function runChaos(input) {
     const N = options.messages;
     /** @type {Array<{ at: number, kind: string }>} */
     const schedule = [];
-    const killKinds = ['random', 'before-commit', 'after-commit'];
+    // Crash points first: late in a run a consumer may have no work left to reach one
+    // (Kafka: a member without partitions), and the test asserts each kind happened.
+    const killKinds = ['before-commit', 'after-commit', 'random'];
     for (let i = 0; i < options.kills; i++) {
       schedule.push({
         at: N * (0.05 + (0.85 * (i + rng())) / options.kills),
@@ -322,9 +324,9 @@ export async function runChaos(input) {
         note(`SIGKILL ${worker.label} at a random moment`);
       } else if (kind === 'before-commit' || kind === 'after-commit') {
         // Arm one consumer; if it gets no work there in time (a Kafka member without
-        // partitions, a consumer reconnecting), say so and try another one once.
+        // partitions, a consumer reconnecting), say so and try up to two others.
         const tried = new Set();
-        for (let attempt = 0; attempt < 2; attempt++) {
+        for (let attempt = 0; attempt < 3; attempt++) {
           const candidates = pool.live().filter((w) => !tried.has(w));
           const worker = candidates[Math.floor(rng() * candidates.length)];
           if (!worker) break;
@@ -367,8 +369,9 @@ export async function runChaos(input) {
         note('broker restart begins');
         note(`broker restart done: ${await backend.restart()}`);
       } else if (kind === 'pg-restart') {
-        note('PostgreSQL restart begins (pg_ctlcluster 15 main restart)');
-        await run('pg_ctlcluster', ['15', 'main', 'restart']);
+        const cluster = pgCluster();
+        note(`PostgreSQL restart begins (pg_ctlcluster ${cluster.join(' ')} restart)`);
+        await run('pg_ctlcluster', [...cluster, 'restart']);
         note('PostgreSQL restarted');
       }
     };
@@ -580,6 +583,12 @@ export async function runChaos(input) {
     await cleanup();
     throw error;
   }
+}
+
+/** `[version, name]` of the cluster --pg-restart restarts: ONCELY_PG_CLUSTER ("15 oncely_chaos") or 15 main. */
+function pgCluster() {
+  const [version = '15', name = 'main'] = (process.env.ONCELY_PG_CLUSTER ?? '15 main').trim().split(/\s+/);
+  return [version, name];
 }
 
 /**
