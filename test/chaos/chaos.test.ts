@@ -126,6 +126,10 @@ describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kil
     expectExactlyOnce(await chaos('sqs'), { brokerRestart: true, brokerDrop: true });
   });
 
+  it('Pub/Sub on the Oncely emulator (streams dropped, restarted mid-run)', async () => {
+    expectExactlyOnce(await chaos('pubsub'), { brokerRestart: true, brokerDrop: true });
+  });
+
   it.skipIf(!hasKafka)('Kafka (a broker of its own, restarted mid-run)', async () => {
     expectExactlyOnce(await chaos('kafka', { kills: 3 }), {
       brokerRestart: true,

@@ -606,6 +606,8 @@ async function createBackend(broker, context) {
       return (await import('./backends/sqs.mjs')).sqsBackend(context);
     case 'kafka':
       return (await import('./backends/kafka.mjs')).kafkaBackend(context);
+    case 'pubsub':
+      return (await import('./backends/pubsub.mjs')).pubsubBackend(context);
     default:
       throw new Error(`no chaos backend for broker '${broker}'`);
   }
