@@ -300,8 +300,10 @@ export class ServiceBusAdapter implements BrokerAdapter {
   private hostFor(receiver: ServiceBusReceiver | ServiceBusSessionReceiver): DeliveryHost {
     const isSession = 'sessionId' in receiver && receiver.sessionId !== undefined;
     return {
-      complete: (d) => this.settle('completeMessage', () => receiver.completeMessage(d.message)),
-      abandon: (d) => this.settle('abandonMessage', () => receiver.abandonMessage(d.message)),
+      complete: (d) =>
+        this.settle('completeMessage', () => onLiveLink(d.message, (m) => receiver.completeMessage(m))),
+      abandon: (d) =>
+        this.settle('abandonMessage', () => onLiveLink(d.message, (m) => receiver.abandonMessage(m))),
       deadLetter: (d, reason, detail) => this.deadLetter(receiver, d, reason, detail),
       retry: (d, delayMs, info) => this.retry(receiver, d, delayMs, info, isSession),
       renew: async (d) => {
@@ -338,10 +340,9 @@ export class ServiceBusAdapter implements BrokerAdapter {
     const description =
       detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
     await this.settle('deadLetterMessage', () =>
-      receiver.deadLetterMessage(delivery.message, {
-        deadLetterReason: reason,
-        deadLetterErrorDescription: description,
-      }),
+      onLiveLink(delivery.message, (m) =>
+        receiver.deadLetterMessage(m, { deadLetterReason: reason, deadLetterErrorDescription: description }),
+      ),
     );
     this.stats.deadLettered++;
   }
@@ -358,7 +359,8 @@ export class ServiceBusAdapter implements BrokerAdapter {
     info: SettlementInfo | undefined,
     isSession: boolean,
   ): Promise<void> {
-    const abandon = () => this.settle('abandonMessage', () => receiver.abandonMessage(delivery.message));
+    const abandon = () =>
+      this.settle('abandonMessage', () => onLiveLink(delivery.message, (m) => receiver.abandonMessage(m)));
     if (delayMs <= 0) return abandon();
     if (!this.sender || isSession) {
       // The lease keeper renews the lock while we wait (the settlement is not done yet).
@@ -378,8 +380,75 @@ export class ServiceBusAdapter implements BrokerAdapter {
     this.stats.retryCopies++;
     // If this complete fails the original comes back too: its redelivery is absorbed
     // by the store's marker once either copy has been processed.
-    await this.settle('completeMessage', () => receiver.completeMessage(delivery.message));
+    await this.settle('completeMessage', () =>
+      onLiveLink(delivery.message, (m) => receiver.completeMessage(m)),
+    );
   }
+}
+
+/** How often a pending settlement checks whether its link died under it. */
+const LINK_CHECK_MS = 250;
+
+/**
+ * Settles on the message's link while it lives. When the link dies before the answer
+ * comes (the disposition was lost with the connection, and the SDK would wait a minute
+ * for it), settles again through `$management` by lock token. If the first disposition
+ * did arrive, the second finds the lock gone (`MessageLockLost`): counted, never a
+ * second effect.
+ */
+function onLiveLink(
+  message: ServiceBusReceivedMessage,
+  settle: (message: ServiceBusReceivedMessage) => Promise<void>,
+): Promise<void> {
+  const first = settle(viaLiveLink(message));
+  if (message.sessionId !== undefined) return first;
+  return new Promise<void>((resolve, reject) => {
+    let done = false;
+    const timer = setInterval(() => {
+      if (done || !linkIsGone(message)) return;
+      done = true;
+      clearInterval(timer);
+      first.catch(() => {});
+      settle(viaLiveLink(message)).then(resolve, reject);
+    }, LINK_CHECK_MS);
+    timer.unref();
+    first.then(
+      () => {
+        if (done) return;
+        done = true;
+        clearInterval(timer);
+        resolve();
+      },
+      (error) => {
+        if (done) return;
+        done = true;
+        clearInterval(timer);
+        reject(error);
+      },
+    );
+  });
+}
+
+function linkIsGone(message: ServiceBusReceivedMessage): boolean {
+  const link = (message as unknown as { delivery?: { link?: { is_open?: () => boolean } } }).delivery?.link;
+  return link !== undefined && typeof link.is_open === 'function' && !link.is_open();
+}
+
+/**
+ * After a connection loss the SDK re-creates its receiver link under the same name, and
+ * its settle path finds that new link by name and settles the old delivery on the old,
+ * dead link: the call never gets an answer (it times out after a minute and is
+ * retried). For a message whose link is gone the SDK itself settles through
+ * `$management` by lock token when it finds no open receiver; this makes it take that
+ * path. Session messages are left alone: their lock dies with their link
+ * (`SessionLockLost`).
+ */
+function viaLiveLink(message: ServiceBusReceivedMessage): ServiceBusReceivedMessage {
+  const holder = message as unknown as { delivery?: { remote_settled?: boolean } };
+  if (message.sessionId === undefined && linkIsGone(message)) {
+    holder.delivery = { remote_settled: holder.delivery?.remote_settled ?? false };
+  }
+  return message;
 }
 
 /**
