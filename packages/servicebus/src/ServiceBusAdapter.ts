@@ -91,7 +91,8 @@ export class ServiceBusAdapter implements BrokerAdapter {
   private readonly log: Logger;
   private lockDurationMs: number;
   private readonly learnLockDuration: boolean;
-  private runtime: AdapterRuntime | undefined;
+  /** True once a delivery showed the lock duration. */
+  private learned = false;
   private sender: ServiceBusSender | undefined;
   private receiver: ServiceBusReceiver | undefined;
   private readonly sessionReceivers = new Set<ServiceBusSessionReceiver>();
@@ -121,7 +122,6 @@ export class ServiceBusAdapter implements BrokerAdapter {
   }
 
   async start(runtime: AdapterRuntime): Promise<void> {
-    this.runtime = runtime;
     const { maxDeliveryCount } = this.settings;
     const { maxAttempts } = this.options;
     if (maxDeliveryCount !== undefined && maxAttempts !== undefined && maxDeliveryCount <= maxAttempts) {
@@ -284,14 +284,9 @@ export class ServiceBusAdapter implements BrokerAdapter {
   private learn(lockedUntil: number): void {
     const left = lockedUntil - Date.now();
     if (left <= 0) return;
-    if (this.lockDurationMs === DEFAULT_LOCK_DURATION_MS && !this.learned) {
-      this.lockDurationMs = left;
-      this.learned = true;
-      return;
-    }
-    this.lockDurationMs = Math.max(this.lockDurationMs, left);
+    this.lockDurationMs = this.learned ? Math.max(this.lockDurationMs, left) : left;
+    this.learned = true;
   }
-  private learned = false;
 
   // ------------------------------------------------------------------------------------
   // Settlement
