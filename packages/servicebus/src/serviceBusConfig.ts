@@ -78,6 +78,23 @@ export interface ServiceBusSettings {
   retryStrategy: 'schedule' | 'hold';
 }
 
+/** Every option the broker section may have: anything else is refused (a typo fails at boot). */
+const KNOWN_OPTIONS = new Set([
+  'type',
+  'connectionString',
+  'client',
+  'clientOptions',
+  'queueName',
+  'topicName',
+  'subscriptionName',
+  'sessions',
+  'lockDurationMs',
+  'maxDeliveryCount',
+  'maxWaitTimeMs',
+  'maxBatchSize',
+  'retryStrategy',
+]);
+
 /** Service Bus caps LockDuration at 5 minutes. */
 export const MAX_LOCK_DURATION_MS = 5 * 60_000;
 
@@ -90,6 +107,9 @@ export const MAX_LOCK_DURATION_MS = 5 * 60_000;
  * ```
  */
 export function parseServiceBusConfig(broker: Record<string, unknown>): ServiceBusSettings {
+  for (const key of Object.keys(broker)) {
+    if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(`broker.${key}`, 'is not a Service Bus option');
+  }
   const text = (field: string): string | undefined => {
     const value = broker[field];
     if (value === undefined || value === null || value === '') return undefined;
