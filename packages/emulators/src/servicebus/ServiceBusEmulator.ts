@@ -239,6 +239,8 @@ export class ServiceBusEmulator {
       treat_modified_as_released: false,
     }) as Server;
     server.on('connection', (socket: Socket) => {
+      // Small frames (flow, disposition) must not wait for Nagle's algorithm.
+      socket.setNoDelay(true);
       this.sockets.add(socket);
       socket.on('close', () => this.sockets.delete(socket));
     });
