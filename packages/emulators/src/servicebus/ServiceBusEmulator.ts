@@ -416,10 +416,22 @@ export class ServiceBusEmulator {
    */
   disconnect(): number {
     const count = this.sockets.size;
+    this.dropConnections();
+    return count;
+  }
+
+  /**
+   * Drops every connection the way rhea aborts one (`abort_socket`: the socket ended,
+   * its listeners removed, destroyed, the connection marked disconnected). Destroying the
+   * socket alone would leave rhea's heartbeat timer of the connection running forever.
+   */
+  private dropConnections(): void {
+    for (const connection of [...this.connections]) {
+      if (connection.socket) connection.abort_socket(connection.socket);
+      this.onConnectionGone(connection);
+    }
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
-    for (const connection of this.connections) this.onConnectionGone(connection);
-    return count;
   }
 
   /**
@@ -504,10 +516,18 @@ export class ServiceBusEmulator {
   private async closeServer(): Promise<void> {
     const server = this.server;
     this.server = undefined;
-    for (const socket of this.sockets) socket.destroy();
-    this.sockets.clear();
-    for (const connection of [...this.connections]) this.onConnectionGone(connection);
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+    this.dropConnections();
+    if (!server) return;
+    // close() calls back once every connection has ended; the sockets were destroyed
+    // above, so this is quick, but never let a straggler hold stop() or restart().
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, 1000);
+      timer.unref();
+      server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 
   // ------------------------------------------------------------------------------------
