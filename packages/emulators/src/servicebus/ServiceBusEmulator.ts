@@ -725,20 +725,15 @@ export class ServiceBusEmulator {
     // through $management) and expire on their own.
   }
 
+  /** A session lock ran out: the holder's link is detached with `session-lock-lost`. */
   private onSessionLockLost(entity: MessageEntity, session: SessionRecord): void {
-    for (const out of this.outbounds.get(entity) ?? []) {
-      if (out.sessionId === session.id && !out.closed && session.holder !== out) {
-        // releaseSession already cleared the holder; close the link whose lock ran out.
-      }
-    }
     for (const out of [...(this.outbounds.get(entity) ?? [])]) {
-      if (out.sessionId === session.id && session.holder === undefined) {
-        out.link.close({
-          condition: CONDITIONS.sessionLockLost,
-          description: `The session lock of '${session.id}' expired.`,
-        });
-        this.closeOutbound(out);
-      }
+      if (out.sessionId !== session.id || session.holder !== undefined) continue;
+      out.link.close({
+        condition: CONDITIONS.sessionLockLost,
+        description: `The session lock of '${session.id}' expired.`,
+      });
+      this.closeOutbound(out);
     }
     this.schedulePump(entity);
   }
