@@ -18,6 +18,7 @@ import {
   type Logger,
   type SettlementInfo,
 } from '@oncely/core';
+import { DispositionGate } from './DispositionGate.js';
 import { serviceBusErrorCode, toSettlementError } from './errors.js';
 
 /** The SDK's raw AMQP message type (from @azure/core-amqp, which it does not re-export). */
@@ -148,7 +149,29 @@ export class ServiceBusAdapter implements BrokerAdapter {
     this.receiver = queueName
       ? this.client.createReceiver(queueName, receiverOptions)
       : this.client.createReceiver(topicName!, subscriptionName!, receiverOptions);
+    await this.checkEntity(this.receiver);
     this.loops.push(this.receiveLoop(runtime));
+  }
+
+  /**
+   * Fails fast on an entity that does not exist (a peek, which locks nothing), rather
+   * than start a receive loop that can only report errors. Other failures (the namespace
+   * not reachable yet) are left to the loop, which retries.
+   */
+  private async checkEntity(receiver: ServiceBusReceiver): Promise<void> {
+    try {
+      await receiver.peekMessages(1);
+    } catch (error) {
+      if (serviceBusErrorCode(error) === 'MessagingEntityNotFound') {
+        await this.close().catch(() => {});
+        throw new BrokerMisconfiguredError(`Service Bus entity ${this.settings.entityPath} does not exist`, {
+          cause: error,
+        });
+      }
+      this.log.warn(`servicebus: cannot peek ${this.settings.entityPath} at start; receiving anyway`, {
+        error,
+      });
+    }
   }
 
   /**
@@ -294,13 +317,19 @@ export class ServiceBusAdapter implements BrokerAdapter {
 
   private hostFor(receiver: ServiceBusReceiver | ServiceBusSessionReceiver): DeliveryHost {
     const isSession = 'sessionId' in receiver && receiver.sessionId !== undefined;
+    const gate = new DispositionGate();
+    const complete = (message: ServiceBusReceivedMessage) =>
+      gate.run('shared', () => onLiveLink(message, (m) => receiver.completeMessage(m)));
+    const abandon = (message: ServiceBusReceivedMessage) =>
+      gate.run('exclusive', () => onLiveLink(message, (m) => receiver.abandonMessage(m)));
     return {
-      complete: (d) =>
-        this.settle('completeMessage', () => onLiveLink(d.message, (m) => receiver.completeMessage(m))),
-      abandon: (d) =>
-        this.settle('abandonMessage', () => onLiveLink(d.message, (m) => receiver.abandonMessage(m))),
-      deadLetter: (d, reason, detail) => this.deadLetter(receiver, d, reason, detail),
-      retry: (d, delayMs, info) => this.retry(receiver, d, delayMs, info, isSession),
+      complete: (d) => this.settle('completeMessage', () => complete(d.message)),
+      abandon: (d) => this.settle('abandonMessage', () => abandon(d.message)),
+      deadLetter: (d, reason, detail) =>
+        this.deadLetter(reason, detail, (options) =>
+          gate.run('exclusive', () => onLiveLink(d.message, (m) => receiver.deadLetterMessage(m, options))),
+        ),
+      retry: (d, delayMs, info) => this.retry(d, delayMs, info, isSession, complete, abandon),
       renew: async (d) => {
         const until = await this.settle('renewLock', () =>
           isSession
@@ -327,17 +356,14 @@ export class ServiceBusAdapter implements BrokerAdapter {
   }
 
   private async deadLetter(
-    receiver: ServiceBusReceiver | ServiceBusSessionReceiver,
-    delivery: ServiceBusDelivery,
     reason: DeadLetterReason,
     detail: string,
+    send: (options: { deadLetterReason: string; deadLetterErrorDescription: string }) => Promise<void>,
   ): Promise<void> {
     const description =
       detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
     await this.settle('deadLetterMessage', () =>
-      onLiveLink(delivery.message, (m) =>
-        receiver.deadLetterMessage(m, { deadLetterReason: reason, deadLetterErrorDescription: description }),
-      ),
+      send({ deadLetterReason: reason, deadLetterErrorDescription: description }),
     );
     this.stats.deadLettered++;
   }
@@ -348,14 +374,14 @@ export class ServiceBusAdapter implements BrokerAdapter {
    * and then an abandon (subscriptions, sessions, `'hold'`).
    */
   private async retry(
-    receiver: ServiceBusReceiver | ServiceBusSessionReceiver,
     delivery: ServiceBusDelivery,
     delayMs: number,
     info: SettlementInfo | undefined,
     isSession: boolean,
+    completeMessage: (message: ServiceBusReceivedMessage) => Promise<void>,
+    abandonMessage: (message: ServiceBusReceivedMessage) => Promise<void>,
   ): Promise<void> {
-    const abandon = () =>
-      this.settle('abandonMessage', () => onLiveLink(delivery.message, (m) => receiver.abandonMessage(m)));
+    const abandon = () => this.settle('abandonMessage', () => abandonMessage(delivery.message));
     if (delayMs <= 0) return abandon();
     if (!this.sender || isSession) {
       // The lease keeper renews the lock while we wait (the settlement is not done yet).
@@ -375,9 +401,7 @@ export class ServiceBusAdapter implements BrokerAdapter {
     this.stats.retryCopies++;
     // If this complete fails the original comes back too: its redelivery is absorbed
     // by the store's marker once either copy has been processed.
-    await this.settle('completeMessage', () =>
-      onLiveLink(delivery.message, (m) => receiver.completeMessage(m)),
-    );
+    await this.settle('completeMessage', () => completeMessage(delivery.message));
   }
 }
 

@@ -166,6 +166,27 @@ suite('@oncely/servicebus on the emulator', () => {
   );
 
   it(
+    'start() fails on an entity that does not exist',
+    track(async () => {
+      const consumer = createServiceBusConsumer({
+        name: 'missing',
+        broker: {
+          connectionString: emulator.connectionString,
+          queueName: `missing-${randomUUID().slice(0, 8)}`,
+        },
+        store,
+        logger: silentLogger,
+        handler: async () => {},
+      });
+      const error = await consumer.start().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(isOncelyError(error, 'BROKER_MISCONFIGURED')).toBe(true);
+    }),
+  );
+
+  it(
     'sessions: each session in order, several sessions at once, a retry keeps its place',
     track(async () => {
       const queue = `sessions-${randomUUID().slice(0, 8)}`;

@@ -785,13 +785,16 @@ export class ServiceBusEmulator {
         default:
           break;
       }
-      delivery.update(true, amqp.accepted().described());
+      this.settleDelivery(delivery, amqp.accepted().described());
     } catch (error) {
       const { condition, message } =
         error instanceof ManagementError
           ? { condition: error.condition, message: error.message }
           : { condition: 'amqp:internal-error', message: (error as Error).message };
-      delivery.update(true, amqp.rejected({ error: { condition, description: message } }).described());
+      this.settleDelivery(
+        delivery,
+        amqp.rejected({ error: { condition, description: message } }).described(),
+      );
     }
   }
 
@@ -927,6 +930,17 @@ export class ServiceBusEmulator {
     delivery.serviceBusLock = lock.token;
   }
 
+  /**
+   * Settles one delivery in a disposition frame of its own. rhea 3.0.5 merges the
+   * dispositions written in one pass when their delivery ids are consecutive, and its
+   * check for equal outcomes skips the second delivery of a run: a lock-lost answer
+   * written beside a success would reach the client as a success (or the reverse).
+   * Node runs the nextTick queue (where rhea writes) between setImmediate callbacks.
+   */
+  private settleDelivery(delivery: any, state: unknown): void {
+    setImmediate(() => delivery.update(true, state));
+  }
+
   /** A client settled a delivery: apply the outcome if the lock holds, then settle it. */
   private onOutcome(
     link: any,
@@ -936,7 +950,7 @@ export class ServiceBusEmulator {
     const role = this.roles.get(link);
     const token: string | undefined = delivery.serviceBusLock;
     if (role?.kind !== 'outbound' || token === undefined) {
-      delivery.update(true, amqp.accepted().described());
+      this.settleDelivery(delivery, amqp.accepted().described());
       return;
     }
     const out = role.outbound;
@@ -945,8 +959,8 @@ export class ServiceBusEmulator {
     const sessionLost = out.sessionId !== undefined && entity.sessions.get(out.sessionId)?.holder !== out;
     if (!stored || sessionLost) {
       const condition = out.sessionId === undefined ? CONDITIONS.messageLockLost : CONDITIONS.sessionLockLost;
-      delivery.update(
-        true,
+      this.settleDelivery(
+        delivery,
         amqp
           .rejected({
             error: {
@@ -963,17 +977,17 @@ export class ServiceBusEmulator {
     switch (outcome) {
       case 'accepted':
         entity.complete(stored);
-        delivery.update(true, amqp.accepted().described());
+        this.settleDelivery(delivery, amqp.accepted().described());
         break;
       case 'released':
         entity.release(stored);
-        delivery.update(true, amqp.released().described());
+        this.settleDelivery(delivery, amqp.released().described());
         break;
       case 'modified':
         if (state.undeliverable_here) entity.defer(stored, plain(state.message_annotations));
         else entity.abandon(stored, plain(state.message_annotations));
-        delivery.update(
-          true,
+        this.settleDelivery(
+          delivery,
           amqp.modified({ undeliverable_here: Boolean(state.undeliverable_here) }).described(),
         );
         break;
@@ -991,7 +1005,7 @@ export class ServiceBusEmulator {
           rest,
         );
         // Settled without an error: the client treats an error in the settled state as a failure.
-        delivery.update(true, amqp.rejected({}).described());
+        this.settleDelivery(delivery, amqp.rejected({}).described());
         break;
       }
     }
