@@ -1,0 +1,549 @@
+import {
+  ServiceBusClient,
+  type ServiceBusError,
+  type ServiceBusReceivedMessage,
+  type ServiceBusReceiver,
+} from '@azure/service-bus';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ServiceBusEmulator, startServiceBusEmulator } from '../../dist/servicebus/index.js';
+import { uniqueName, waitUntil, work } from './support.js';
+
+// Every test drives the emulator with the real @azure/service-bus client (never a mock),
+// through the flows of the official v7 samples, each on queues of its own.
+
+let emulator: ServiceBusEmulator;
+let client: ServiceBusClient;
+
+beforeAll(async () => {
+  const started = Date.now();
+  emulator = await startServiceBusEmulator({
+    port: 0,
+    config: {
+      UserConfig: {
+        Namespaces: [
+          {
+            Name: 'sbemulatorns',
+            Queues: [{ Name: 'configured', Properties: { LockDuration: 'PT30S', MaxDeliveryCount: 4 } }],
+            Topics: [
+              {
+                Name: 'configured-topic',
+                Subscriptions: [
+                  { Name: 'all' },
+                  {
+                    Name: 'red',
+                    Rules: [
+                      {
+                        Name: 'red-only',
+                        Properties: {
+                          FilterType: 'Correlation',
+                          CorrelationFilter: { Properties: { color: 'red' } },
+                        },
+                      },
+                    ],
+                  },
+                ],
+              },
+            ],
+          },
+        ],
+      },
+    },
+  });
+  // Ready well under a second.
+  expect(Date.now() - started).toBeLessThan(1000);
+  client = new ServiceBusClient(emulator.connectionString);
+});
+
+afterAll(async () => {
+  await client?.close();
+  await emulator?.stop();
+});
+
+/** A receiver without the SDK's auto lock renewal, so lock behaviour is the emulator's alone. */
+function plainReceiver(entity: string, options: { receiveMode?: 'peekLock' | 'receiveAndDelete' } = {}) {
+  return client.createReceiver(entity, { maxAutoLockRenewalDurationInMs: 0, ...options });
+}
+
+async function receiveAll(
+  receiver: ServiceBusReceiver,
+  count: number,
+  waitMs = 2000,
+): Promise<ServiceBusReceivedMessage[]> {
+  const received: ServiceBusReceivedMessage[] = [];
+  const deadline = Date.now() + waitMs;
+  while (received.length < count && Date.now() < deadline) {
+    received.push(...(await receiver.receiveMessages(count - received.length, { maxWaitTimeInMs: 300 })));
+  }
+  return received;
+}
+
+async function codeOf(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (error) {
+    return (error as ServiceBusError).code ?? (error as Error).name;
+  }
+  return 'no error';
+}
+
+describe('sending and receiving', () => {
+  it('sends single and batched messages; the receiver gets annotations, lock and delivery count', async () => {
+    const queue = uniqueName('send');
+    emulator.createQueue(queue, { LockDuration: 'PT30S' });
+    const sender = client.createSender(queue);
+    await sender.sendMessages({
+      body: { n: 1 },
+      messageId: 'one',
+      applicationProperties: { kind: 'single' },
+    });
+    await sender.sendMessages([{ body: { n: 2 } }, { body: { n: 3 } }]);
+    const batch = await sender.createMessageBatch();
+    expect(batch.tryAddMessage({ body: { n: 4 }, subject: 'batched' })).toBe(true);
+    expect(batch.tryAddMessage({ body: { n: 5 } })).toBe(true);
+    await sender.sendMessages(batch);
+    expect(emulator.inspect(queue).active).toBe(5);
+
+    const receiver = plainReceiver(queue);
+    const before = Date.now();
+    const messages = await receiveAll(receiver, 5);
+    expect(messages.map((m) => (m.body as { n: number }).n)).toEqual([1, 2, 3, 4, 5]);
+    expect(messages.map((m) => m.sequenceNumber!.toNumber())).toEqual([1, 2, 3, 4, 5]);
+    const [first] = messages;
+    expect(first!.messageId).toBe('one');
+    expect(first!.applicationProperties).toEqual({ kind: 'single' });
+    expect(first!.deliveryCount).toBe(0);
+    expect(first!.lockToken).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    expect(first!.lockedUntilUtc!.getTime()).toBeGreaterThanOrEqual(before + 29_000);
+    expect(first!.enqueuedTimeUtc!.getTime()).toBeLessThanOrEqual(Date.now());
+    expect(messages[3]!.subject).toBe('batched');
+    // The service assigns a MessageId when the producer sets none.
+    expect(messages[1]!.messageId).toBeTruthy();
+    for (const m of messages) await receiver.completeMessage(m);
+    expect(emulator.inspect(queue).total).toBe(0);
+    await receiver.close();
+    await sender.close();
+  });
+
+  it('honours link credit: receiveMessages(2) locks two of five messages', async () => {
+    const queue = uniqueName('credit');
+    emulator.createQueue(queue);
+    await client.createSender(queue).sendMessages([1, 2, 3, 4, 5].map((n) => ({ body: n })));
+    const receiver = plainReceiver(queue);
+    const got = await receiver.receiveMessages(2, { maxWaitTimeInMs: 1000 });
+    expect(got).toHaveLength(2);
+    expect(emulator.inspect(queue)).toMatchObject({ locked: 2, active: 3 });
+    await receiver.close();
+  });
+
+  it('subscribe(): the streaming sample receives everything, at most maxConcurrentCalls at once', async () => {
+    const queue = uniqueName('subscribe');
+    emulator.createQueue(queue);
+    await client.createSender(queue).sendMessages(Array.from({ length: 30 }, (_, n) => ({ body: n })));
+    const receiver = client.createReceiver(queue);
+    const seen: number[] = [];
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const subscription = receiver.subscribe(
+      {
+        processMessage: async (message) => {
+          inFlight++;
+          maxInFlight = Math.max(maxInFlight, inFlight);
+          await work(5);
+          seen.push(message.body as number);
+          inFlight--;
+        },
+        processError: async () => {},
+      },
+      { maxConcurrentCalls: 3 },
+    );
+    await waitUntil(() => seen.length === 30, '30 messages processed');
+    await subscription.close();
+    expect(new Set(seen).size).toBe(30);
+    expect(maxInFlight).toBeLessThanOrEqual(3);
+    expect(maxInFlight).toBeGreaterThanOrEqual(2);
+    await waitUntil(() => emulator.inspect(queue).total === 0, 'auto-completed messages gone');
+    await receiver.close();
+  });
+
+  it('receiveAndDelete removes messages as they are handed out', async () => {
+    const queue = uniqueName('rad');
+    emulator.createQueue(queue);
+    await client.createSender(queue).sendMessages([{ body: 'a' }, { body: 'b' }]);
+    const receiver = plainReceiver(queue, { receiveMode: 'receiveAndDelete' });
+    const got = await receiveAll(receiver, 2);
+    expect(got.map((m) => m.body)).toEqual(['a', 'b']);
+    expect(got[0]!.lockToken).toBeUndefined();
+    expect(emulator.inspect(queue).total).toBe(0);
+    await receiver.close();
+  });
+
+  it('peek returns messages without locking them, and nothing (204) on an empty queue', async () => {
+    const queue = uniqueName('peek');
+    emulator.createQueue(queue);
+    const receiver = plainReceiver(queue);
+    expect(await receiver.peekMessages(5)).toEqual([]);
+    await client.createSender(queue).sendMessages([{ body: 'x' }, { body: 'y' }, { body: 'z' }]);
+    const peeked = await receiver.peekMessages(2);
+    expect(peeked.map((m) => m.body)).toEqual(['x', 'y']);
+    expect((await receiver.peekMessages(5)).map((m) => m.body)).toEqual(['z']);
+    expect(emulator.inspect(queue)).toMatchObject({ active: 3, locked: 0 });
+    await receiver.close();
+  });
+});
+
+describe('settlement and locks', () => {
+  it('abandon raises the delivery count; MaxDeliveryCount dead-letters with MaxDeliveryCountExceeded', async () => {
+    const queue = uniqueName('maxdc');
+    emulator.createQueue(queue, { MaxDeliveryCount: 3 });
+    await client.createSender(queue).sendMessages({ body: 'poison', messageId: 'p-1' });
+    const receiver = plainReceiver(queue);
+    const counts: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const [m] = await receiveAll(receiver, 1);
+      counts.push(m!.deliveryCount!);
+      await receiver.abandonMessage(m!);
+    }
+    expect(counts).toEqual([0, 1, 2]);
+    expect(emulator.inspect(queue)).toMatchObject({ total: 0, deadLettered: 1 });
+    const dlq = client.createReceiver(queue, {
+      subQueueType: 'deadLetter',
+      maxAutoLockRenewalDurationInMs: 0,
+    });
+    const [dead] = await receiveAll(dlq, 1);
+    expect(dead!.messageId).toBe('p-1');
+    expect(dead!.deadLetterReason).toBe('MaxDeliveryCountExceeded');
+    expect(dead!.deadLetterSource).toBe(queue);
+    await dlq.completeMessage(dead!);
+    await receiver.close();
+    await dlq.close();
+  });
+
+  it('dead-letter with reason and description; the DLQ sample reads it back', async () => {
+    const queue = uniqueName('dlq');
+    emulator.createQueue(queue);
+    await client.createSender(queue).sendMessages({ body: { order: 7 }, messageId: 'order-7' });
+    const receiver = plainReceiver(queue);
+    const [m] = await receiveAll(receiver, 1);
+    await receiver.deadLetterMessage(m!, {
+      deadLetterReason: 'invalid-body',
+      deadLetterErrorDescription: 'no amount',
+    });
+    const dlq = client.createReceiver(queue, {
+      subQueueType: 'deadLetter',
+      maxAutoLockRenewalDurationInMs: 0,
+    });
+    const [dead] = await receiveAll(dlq, 1);
+    expect(dead!.body).toEqual({ order: 7 });
+    expect(dead!.deadLetterReason).toBe('invalid-body');
+    expect(dead!.deadLetterErrorDescription).toBe('no amount');
+    await dlq.completeMessage(dead!);
+    expect(emulator.inspect(`${queue}/$DeadLetterQueue`).total).toBe(0);
+    await receiver.close();
+    await dlq.close();
+  });
+
+  it('a lock that expires redelivers with a higher count; the stale settle and renew fail with MessageLockLost', async () => {
+    const queue = uniqueName('expiry');
+    emulator.createQueue(queue, { LockDuration: 'PT1S' });
+    await client.createSender(queue).sendMessages({ body: 'slow', messageId: 'slow-1' });
+    const first = plainReceiver(queue);
+    const [held] = await receiveAll(first, 1);
+    expect(held!.deliveryCount).toBe(0);
+    const second = plainReceiver(queue);
+    // The redelivery is what shows the lock expired (no sleep: the receive waits for it).
+    const [again] = await receiveAll(second, 1, 5000);
+    expect(again!.messageId).toBe('slow-1');
+    expect(again!.deliveryCount).toBe(1);
+    expect(await codeOf(first.completeMessage(held!))).toBe('MessageLockLost');
+    expect(await codeOf(first.renewMessageLock(held!))).toBe('MessageLockLost');
+    await second.completeMessage(again!);
+    expect(emulator.inspect(queue).total).toBe(0);
+    await first.close();
+    await second.close();
+  });
+
+  it('renewMessageLock extends the lock, returning the new lockedUntilUtc', async () => {
+    const queue = uniqueName('renew');
+    emulator.createQueue(queue, { LockDuration: 'PT1S' });
+    await client.createSender(queue).sendMessages({ body: 'r' });
+    const receiver = plainReceiver(queue);
+    const [m] = await receiveAll(receiver, 1);
+    const until = await receiver.renewMessageLock(m!);
+    expect(until.getTime()).toBeGreaterThan(Date.now() + 800);
+    await receiver.completeMessage(m!);
+    await receiver.close();
+  });
+
+  it('lock expiry mid-handler without renewal: a competitor gets the redelivery, the late complete fails, one effect', async () => {
+    const queue = uniqueName('midhandler');
+    emulator.createQueue(queue, { LockDuration: 'PT1S' });
+    await client.createSender(queue).sendMessages({ body: 'job', messageId: 'job-1' });
+    const effects = new Map<string, number>();
+    const outcomes: string[] = [];
+    const deliveries: number[] = [];
+    const handler =
+      (label: string, workMs: number) =>
+      async (message: ServiceBusReceivedMessage, r: ServiceBusReceiver) => {
+        deliveries.push(message.deliveryCount!);
+        await work(workMs);
+        // An idempotent effect: applied once per message ID.
+        if (!effects.has(message.messageId as string)) effects.set(message.messageId as string, 1);
+        outcomes.push(`${label}:${await codeOf(r.completeMessage(message))}`);
+      };
+    const slow = plainReceiver(queue);
+    const [m] = await receiveAll(slow, 1);
+    const slowRun = handler('slow', 1500)(m!, slow);
+    const fast = plainReceiver(queue);
+    const [redelivered] = await receiveAll(fast, 1, 5000);
+    await handler('fast', 0)(redelivered!, fast);
+    await slowRun;
+    expect(deliveries).toEqual([0, 1]);
+    expect(outcomes.sort()).toEqual(['fast:no error', 'slow:MessageLockLost']);
+    expect([...effects.values()]).toEqual([1]);
+    expect(emulator.inspect(queue).total).toBe(0);
+    await slow.close();
+    await fast.close();
+  });
+
+  it('lock expiry mid-handler with renewal: the SDK renewer keeps the lock, no redelivery', async () => {
+    const queue = uniqueName('renewed');
+    emulator.createQueue(queue, { LockDuration: 'PT1S' });
+    await client.createSender(queue).sendMessages({ body: 'job', messageId: 'job-2' });
+    const renewing = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 10_000 });
+    const competitor = plainReceiver(queue);
+    const [m] = await receiveAll(renewing, 1);
+    // 2.5 lock durations of work while a competitor keeps asking.
+    const [stolen] = await Promise.all([
+      competitor.receiveMessages(1, { maxWaitTimeInMs: 2500 }),
+      work(2500),
+    ]);
+    expect(stolen).toEqual([]);
+    await renewing.completeMessage(m!);
+    expect(emulator.inspect(queue).total).toBe(0);
+    await renewing.close();
+    await competitor.close();
+  });
+
+  it('deferral: defer, then receiveDeferredMessages by sequence number and complete', async () => {
+    const queue = uniqueName('defer');
+    emulator.createQueue(queue);
+    await client.createSender(queue).sendMessages([{ body: 'later' }, { body: 'now' }]);
+    const receiver = plainReceiver(queue);
+    const [later, now] = await receiveAll(receiver, 2);
+    await receiver.deferMessage(later!);
+    await receiver.completeMessage(now!);
+    expect(emulator.inspect(queue)).toMatchObject({ deferred: 1, active: 0 });
+    expect(await receiver.receiveMessages(1, { maxWaitTimeInMs: 200 })).toEqual([]);
+    const [deferred] = await receiver.receiveDeferredMessages(later!.sequenceNumber!);
+    expect(deferred!.body).toBe('later');
+    expect(deferred!.state).toBe('deferred');
+    await receiver.completeMessage(deferred!);
+    expect(emulator.inspect(queue).total).toBe(0);
+    await receiver.close();
+  });
+
+  it('scheduled messages appear at their time; a cancelled one never does', async () => {
+    const queue = uniqueName('schedule');
+    emulator.createQueue(queue);
+    const sender = client.createSender(queue);
+    const at = new Date(Date.now() + 700);
+    const [keep] = await sender.scheduleMessages({ body: 'keep' }, at);
+    const [drop] = await sender.scheduleMessages({ body: 'drop' }, at);
+    expect(keep!.toNumber()).toBeLessThan(drop!.toNumber());
+    await sender.cancelScheduledMessages(drop!);
+    const receiver = plainReceiver(queue);
+    const peeked = await receiver.peekMessages(5);
+    expect(peeked.map((m) => [m.body, m.state])).toEqual([['keep', 'scheduled']]);
+    const [m] = await receiveAll(receiver, 1, 5000);
+    expect(m!.body).toBe('keep');
+    expect(Date.now()).toBeGreaterThanOrEqual(at.getTime());
+    await receiver.completeMessage(m!);
+    expect(emulator.inspect(queue).total).toBe(0);
+    await receiver.close();
+  });
+
+  it('timeToLive: expired messages go to the DLQ when DeadLetteringOnMessageExpiration is set, else vanish', async () => {
+    const toDlq = uniqueName('ttl-dlq');
+    const dropped = uniqueName('ttl-drop');
+    emulator.createQueue(toDlq, { DeadLetteringOnMessageExpiration: true });
+    emulator.createQueue(dropped, { DefaultMessageTimeToLive: 'PT0.2S' });
+    await client.createSender(toDlq).sendMessages({ body: 'stale', timeToLive: 200 });
+    await client.createSender(dropped).sendMessages({ body: 'gone' });
+    await waitUntil(() => emulator.inspect(toDlq).deadLettered === 1, 'the expired message in the DLQ');
+    await waitUntil(() => emulator.inspect(dropped).total === 0, 'the expired message dropped');
+    expect(emulator.inspect(dropped).deadLettered).toBe(0);
+    const dlq = client.createReceiver(toDlq, { subQueueType: 'deadLetter' });
+    const [dead] = await receiveAll(dlq, 1);
+    expect(dead!.deadLetterReason).toBe('TTLExpiredException');
+    await dlq.completeMessage(dead!);
+    await dlq.close();
+  });
+
+  it('duplicate detection: a MessageId repeated inside the window is accepted and dropped', async () => {
+    const queue = uniqueName('dedup');
+    emulator.createQueue(queue, {
+      RequiresDuplicateDetection: true,
+      DuplicateDetectionHistoryTimeWindow: 'PT1M',
+    });
+    const sender = client.createSender(queue);
+    await sender.sendMessages({ body: 1, messageId: 'same' });
+    await sender.sendMessages({ body: 2, messageId: 'same' });
+    await sender.sendMessages([
+      { body: 3, messageId: 'same' },
+      { body: 4, messageId: 'other' },
+    ]);
+    expect(emulator.messages(queue).map((m) => m.message_id)).toEqual(['same', 'other']);
+  });
+});
+
+describe('sessions', () => {
+  it('acceptSession receives one session in order; session state round-trips; a second accept is refused', async () => {
+    const queue = uniqueName('sessions');
+    emulator.createQueue(queue, { RequiresSession: true });
+    const sender = client.createSender(queue);
+    await sender.sendMessages([
+      { body: 'a1', sessionId: 'a' },
+      { body: 'b1', sessionId: 'b' },
+      { body: 'a2', sessionId: 'a' },
+    ]);
+    expect(await codeOf(sender.sendMessages({ body: 'no session' }))).not.toBe('no error');
+    const a = await client.acceptSession(queue, 'a', { maxAutoLockRenewalDurationInMs: 0 });
+    expect(a.sessionLockedUntilUtc!.getTime()).toBeGreaterThan(Date.now());
+    const got = await receiveAll(a, 2);
+    expect(got.map((m) => m.body)).toEqual(['a1', 'a2']);
+    await a.setSessionState({ step: 2 });
+    expect(await a.getSessionState()).toEqual({ step: 2 });
+    const renewed = await a.renewSessionLock();
+    expect(renewed.getTime()).toBeGreaterThan(Date.now());
+    expect(await codeOf(client.acceptSession(queue, 'a'))).toBe('SessionCannotBeLocked');
+    for (const m of got) await a.completeMessage(m);
+    const next = await client.acceptNextSession(queue, { maxAutoLockRenewalDurationInMs: 0 });
+    expect(next.sessionId).toBe('b');
+    const [b1] = await receiveAll(next, 1);
+    await next.completeMessage(b1!);
+    await a.close();
+    await next.close();
+  });
+
+  it('accept-next-session waits for a session to get messages', async () => {
+    const queue = uniqueName('next-wait');
+    emulator.createQueue(queue, { RequiresSession: true });
+    const waiting = client.acceptNextSession(queue, { maxAutoLockRenewalDurationInMs: 0 });
+    await work(100);
+    await client.createSender(queue).sendMessages({ body: 'late', sessionId: 'late' });
+    const receiver = await waiting;
+    expect(receiver.sessionId).toBe('late');
+    await receiver.close();
+  });
+
+  it('when the session lock expires the receiver fails with SessionLockLost and the messages return with a higher count', async () => {
+    const queue = uniqueName('session-expiry');
+    emulator.createQueue(queue, { RequiresSession: true, LockDuration: 'PT1S' });
+    await client.createSender(queue).sendMessages({ body: 's1', sessionId: 's' });
+    const first = await client.acceptSession(queue, 's', { maxAutoLockRenewalDurationInMs: 0 });
+    const [m] = await receiveAll(first, 1);
+    expect(m!.deliveryCount).toBe(0);
+    // The next accept of the session succeeds only once the first lock is gone.
+    const second = await waitUntil(
+      () => client.acceptSession(queue, 's', { maxAutoLockRenewalDurationInMs: 0 }).catch(() => undefined),
+      'the session to be free again',
+    );
+    expect(await codeOf(first.completeMessage(m!))).toBe('SessionLockLost');
+    const [again] = await receiveAll(second, 1);
+    expect(again!.deliveryCount).toBe(1);
+    await second.completeMessage(again!);
+    await first.close().catch(() => {});
+    await second.close();
+  });
+});
+
+describe('topics', () => {
+  it('subscriptions each get a copy; a correlation filter selects by application property', async () => {
+    const sender = client.createSender('configured-topic');
+    await sender.sendMessages([
+      { body: 'r', applicationProperties: { color: 'red' } },
+      { body: 'b', applicationProperties: { color: 'blue' } },
+    ]);
+    const all = client.createReceiver('configured-topic', 'all', { maxAutoLockRenewalDurationInMs: 0 });
+    const red = client.createReceiver('configured-topic', 'red', { maxAutoLockRenewalDurationInMs: 0 });
+    expect((await receiveAll(all, 2)).map((m) => m.body)).toEqual(['r', 'b']);
+    const reds = await receiveAll(red, 1);
+    expect(reds.map((m) => m.body)).toEqual(['r']);
+    expect(await red.receiveMessages(1, { maxWaitTimeInMs: 200 })).toEqual([]);
+    await red.deadLetterMessage(reds[0]!, { deadLetterReason: 'test' });
+    const dlq = client.createReceiver('configured-topic', 'red', { subQueueType: 'deadLetter' });
+    expect((await receiveAll(dlq, 1)).map((m) => m.deadLetterReason)).toEqual(['test']);
+    await all.close();
+    await red.close();
+    await dlq.close();
+  });
+
+  it('entities from Config.json carry their Properties', () => {
+    expect(emulator.settingsOf('configured')).toMatchObject({ lockDurationMs: 30_000, maxDeliveryCount: 4 });
+    expect(emulator.settingsOf('configured-topic/Subscriptions/red')).toMatchObject({ maxDeliveryCount: 10 });
+  });
+});
+
+describe('test hooks', () => {
+  it('server-side disconnect: a subscribed receiver reconnects and keeps receiving', async () => {
+    const queue = uniqueName('disconnect');
+    emulator.createQueue(queue, { LockDuration: 'PT2S' });
+    const own = new ServiceBusClient(emulator.connectionString, {
+      retryOptions: { maxRetries: 10, retryDelayInMs: 100, maxRetryDelayInMs: 500, timeoutInMs: 3000 },
+    });
+    const sender = own.createSender(queue);
+    const receiver = own.createReceiver(queue);
+    const seen = new Set<number>();
+    const subscription = receiver.subscribe({
+      processMessage: async (m) => {
+        seen.add(m.body as number);
+      },
+      processError: async () => {},
+    });
+    await sender.sendMessages([1, 2, 3].map((n) => ({ body: n })));
+    await waitUntil(() => seen.size === 3, 'the first three');
+    expect(emulator.disconnect()).toBeGreaterThan(0);
+    await waitUntil(
+      () =>
+        sender.sendMessages([4, 5, 6].map((n) => ({ body: n }))).then(
+          () => true,
+          () => false,
+        ),
+      'a send after the disconnect',
+    );
+    await waitUntil(() => seen.size === 6, 'the three after the disconnect', 20_000);
+    await subscription.close();
+    await own.close();
+  });
+
+  it('restart keeps entities and messages (a durable namespace)', async () => {
+    const queue = uniqueName('restart');
+    emulator.createQueue(queue);
+    const own = new ServiceBusClient(emulator.connectionString, {
+      retryOptions: { maxRetries: 10, retryDelayInMs: 100, maxRetryDelayInMs: 500, timeoutInMs: 3000 },
+    });
+    await own.createSender(queue).sendMessages({ body: 'kept' });
+    const port = emulator.port;
+    await emulator.restart({ downMs: 200 });
+    expect(emulator.port).toBe(port);
+    const receiver = own.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 0 });
+    const [m] = await receiveAll(receiver, 1, 10_000);
+    expect(m!.body).toBe('kept');
+    await receiver.completeMessage(m!);
+    await own.close();
+  });
+
+  it('expireLocks hands a locked message out again at once', async () => {
+    const queue = uniqueName('force');
+    emulator.createQueue(queue, { LockDuration: 'PT5M' });
+    await client.createSender(queue).sendMessages({ body: 'x', messageId: 'forced' });
+    const receiver = plainReceiver(queue);
+    const [m] = await receiveAll(receiver, 1);
+    expect(emulator.expireLocks(queue, (msg) => msg.message_id === 'forced')).toBe(1);
+    const [again] = await receiveAll(receiver, 1);
+    expect(again!.deliveryCount).toBe(1);
+    expect(await codeOf(receiver.completeMessage(m!))).toBe('MessageLockLost');
+    await receiver.completeMessage(again!);
+    await receiver.close();
+  });
+});

@@ -1,0 +1,102 @@
+/**
+ * Azure Service Bus on the @oncely/emulators emulator, started in the runner's process
+ * (which outlives every consumer); the consumers are child processes that reach it over
+ * TCP with the real @azure/service-bus client. A connection drop destroys every client
+ * connection (the emulator's `disconnect()`); a restart stops listening for a while and
+ * listens again on the same port with every message, lock and session kept, as a durable
+ * namespace does (`restart()`).
+ *
+ * IDs: the adapter's default strategy ('producer') reads the MessageId. Service Bus gives
+ * a message sent without a MessageId one of its own, so the poison messages "without an
+ * ID" are sent with an empty MessageId, which the consumer cannot use as an ID
+ * (dead-lettered as `missing-id`).
+ */
+import { ServiceBusClient } from '@azure/service-bus';
+import { startServiceBusEmulator } from '@oncely/emulators/servicebus';
+
+const ID_PROPERTY = 'message-id';
+
+/**
+ * @param {{ runId: string, restartDownMs?: number }} input
+ * @returns {Promise<import('./types.mjs').Backend>}
+ */
+export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
+  const leaseMs = 2000;
+  const emulator = await startServiceBusEmulator({ port: 0 });
+  const queue = `oncely-chaos-${runId}`;
+  emulator.createQueue(queue, {
+    LockDuration: leaseMs,
+    // Far above the consumer's maxAttempts: the consumer, which knows why, dead-letters first.
+    MaxDeliveryCount: 1000,
+  });
+  return {
+    name: 'servicebus',
+    crossProcess: true,
+    leaseMs,
+    stallMs: Math.round(leaseMs * 1.5),
+    leaseLossSlot: true,
+    notes: {
+      consumers: 'child processes; the Service Bus emulator runs in the runner',
+      brokerDrop: 'every client connection to the emulator destroyed (server side)',
+      brokerRestart: `emulator not listening for ${restartDownMs} ms; state kept, as a durable namespace keeps it`,
+    },
+    async consumerBroker() {
+      return {
+        type: 'servicebus',
+        connectionString: emulator.connectionString,
+        queueName: queue,
+        maxWaitTimeMs: 500,
+        maxDeliveryCount: 1000,
+        // A send or settle on a connection that died must not wait the SDK's default minute.
+        clientOptions: {
+          retryOptions: { timeoutInMs: 10_000, maxRetries: 10, retryDelayInMs: 200, maxRetryDelayInMs: 2000 },
+        },
+      };
+    },
+    async publish(messages) {
+      // A client of its own per publish, closed at once: a client still connected when
+      // the broker restarts re-attaches its links in the background, and one closed while
+      // that runs can leave the SDK's timers keeping the runner alive.
+      const client = new ServiceBusClient(emulator.connectionString);
+      const sender = client.createSender(queue);
+      let batch = await sender.createMessageBatch();
+      for (const message of messages) {
+        const outgoing = {
+          body: Buffer.from(message.rawBody ?? JSON.stringify(message.body)),
+          messageId: message.id ?? '',
+          applicationProperties: message.id === undefined ? {} : { [ID_PROPERTY]: message.id },
+        };
+        if (!batch.tryAddMessage(outgoing)) {
+          await sender.sendMessages(batch);
+          batch = await sender.createMessageBatch();
+          batch.tryAddMessage(outgoing);
+        }
+      }
+      if (batch.count > 0) await sender.sendMessages(batch);
+      await client.close();
+    },
+    async backlog() {
+      return emulator.inspect(queue).total;
+    },
+    async deadLetters() {
+      return emulator.messages(`${queue}/$DeadLetterQueue`).map((message) => {
+        const id = message.application_properties?.[ID_PROPERTY];
+        return {
+          id: typeof id === 'string' ? id : undefined,
+          reason: String(message.application_properties?.DeadLetterReason ?? 'servicebus-native'),
+        };
+      });
+    },
+    async disconnect() {
+      const count = emulator.disconnect();
+      return `dropped ${count} connection(s) to the emulator`;
+    },
+    async restart() {
+      await emulator.restart({ downMs: restartDownMs });
+      return `emulator not listening for ${restartDownMs} ms`;
+    },
+    async teardown() {
+      await emulator.stop();
+    },
+  };
+}
