@@ -130,6 +130,10 @@ describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kil
     expectExactlyOnce(await chaos('pubsub'), { brokerRestart: true, brokerDrop: true });
   });
 
+  it('Service Bus on the Oncely emulator (connections dropped, restarted mid-run)', async () => {
+    expectExactlyOnce(await chaos('servicebus'), { brokerRestart: true, brokerDrop: true });
+  });
+
   it.skipIf(!hasKafka)('Kafka (a broker of its own, restarted mid-run)', async () => {
     expectExactlyOnce(await chaos('kafka', { kills: 3 }), {
       brokerRestart: true,

@@ -6,10 +6,17 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** Brokers that have an adapter in this repository (Kafka only once its package is built). */
-export const LANDED_BROKERS = /** @type {const} */ (['memory', 'rabbitmq', 'sqs', 'kafka', 'pubsub']);
+export const LANDED_BROKERS = /** @type {const} */ ([
+  'memory',
+  'rabbitmq',
+  'sqs',
+  'kafka',
+  'pubsub',
+  'servicebus',
+]);
 
 /** Brokers the design names but that have no adapter yet: refused with a clear message. */
-export const PLANNED_BROKERS = /** @type {const} */ (['servicebus']);
+export const PLANNED_BROKERS = /** @type {const} */ ([]);
 
 /** Consumer defects that must make the check fail (proof that it can). */
 export const DEFECTS = /** @type {const} */ ([

@@ -608,6 +608,8 @@ async function createBackend(broker, context) {
       return (await import('./backends/kafka.mjs')).kafkaBackend(context);
     case 'pubsub':
       return (await import('./backends/pubsub.mjs')).pubsubBackend(context);
+    case 'servicebus':
+      return (await import('./backends/servicebus.mjs')).servicebusBackend(context);
     default:
       throw new Error(`no chaos backend for broker '${broker}'`);
   }
