@@ -320,13 +320,23 @@ export class HttpIdempotency {
     return new Promise<IdempotencyDecision>((resolveDecision, rejectDecision) => {
       let running = false;
       const committed = this.store.transaction(async (tx) => {
+        // Replays (the common retry) read without locking, so they never wait on or 409
+        // each other.
+        const settled = (await tx.query<KeyRow>(q.peek, [scope, key])).rows[0];
+        if (settled?.status === 'completed') {
+          return resolveDecision(settled.fingerprint === fingerprint ? replay(settled) : respond(mismatch()));
+        }
         const locked = await tx.query<{ locked: boolean }>(q.tryLock, [
-          `${this.schema}\u0000${scope}\u0000${key}`,
+          `${this.schema}:${scope.length}:${scope}:${key}`,
         ]);
         // Another request with this key holds its transaction open: it is in progress.
-        if (locked.rows[0]?.locked !== true) return resolveDecision(respond(inProgress()));
-        const { rows } = await tx.query<KeyRow>(q.read, [scope, key]);
-        const row = rows[0];
+        if (locked.rows[0]?.locked !== true) {
+          return resolveDecision(
+            settled && settled.fingerprint !== fingerprint ? respond(mismatch()) : respond(inProgress()),
+          );
+        }
+        // Read again under the lock: the first request may have committed in between.
+        const row = (await tx.query<KeyRow>(q.read, [scope, key])).rows[0];
         if (row) {
           if (row.fingerprint !== fingerprint) return resolveDecision(respond(mismatch()));
           if (row.status === 'completed') return resolveDecision(replay(row));

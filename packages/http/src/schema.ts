@@ -72,6 +72,9 @@ export function buildHttpQueries(s: string) {
   return {
     /** $1 lock name. Transactional mode: one request per key runs at a time; the others get 409 at once. */
     tryLock: 'SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0)) AS locked',
+    /** $1 scope, $2 key. The live row (not past retention), without locking it. */
+    peek: `SELECT fingerprint, status, (locked_until IS NOT NULL AND locked_until > now()) AS live, ${response}
+      FROM ${t} WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now()`,
     /** $1 scope, $2 key. The live row (not past retention), locked. */
     read: `SELECT fingerprint, status, (locked_until IS NOT NULL AND locked_until > now()) AS live, ${response}
       FROM ${t} WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now() FOR UPDATE`,
