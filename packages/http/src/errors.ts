@@ -10,7 +10,7 @@ export type HttpIdempotencyErrorCode =
 
 /**
  * Base class of the errors this package throws (an {@link OncelyError}, so
- * `isOncelyError(error, 'HTTP_LEASE_LOST')` works across duplicate package copies).
+ * `isOncelyError(error, 'HTTP_OUTBOUND_BODY')` works across duplicate package copies).
  *
  * @example
  * ```ts
