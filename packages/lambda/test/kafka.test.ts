@@ -53,7 +53,10 @@ function mskRecord(
 
 function mskEvent(records: MSKRecord[]): MSKEvent {
   const grouped: Record<string, MSKRecord[]> = {};
-  for (const record of records) (grouped[`${record.topic}-${record.partition}`] ??= []).push(record);
+  for (const record of records) {
+    const key = `${record.topic}-${record.partition}`;
+    grouped[key] = [...(grouped[key] ?? []), record];
+  }
   return {
     eventSource: 'aws:kafka',
     eventSourceArn: 'arn:aws:kafka:us-east-1:123456789012:cluster/test/abc',
