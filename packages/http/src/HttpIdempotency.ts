@@ -79,6 +79,13 @@ export interface HttpIdempotencyOptions {
   storeHeaders?: readonly string[];
   /** `leased` mode: claim deadline, renewed every third of it while the handler runs. @default 30000 */
   leaseMs?: number;
+  /**
+   * Transactional mode: the handler's budget. Past it `req.idempotency.signal` aborts, the
+   * request is settled as a 504 (a failure: its writes roll back) and the transaction ends.
+   * Keep it below the store's `idleInTransactionTimeoutMs`.
+   * @default 30000
+   */
+  handlerTimeoutMs?: number;
   /** Schema of this package's table. @default the store's `schema`, else 'oncely' */
   schema?: string;
   /** Node http wrapper and Express without a body parser: the largest body read (413 beyond). @default 1_048_576 */
@@ -107,7 +114,7 @@ export type IdempotencyDecision =
 export interface IdempotencyInfo {
   key: string;
   scope: string;
-  /** Leased mode: aborts when the claim was taken over. Never aborts in transactional mode. */
+  /** Aborts when the claim was taken over (leased mode) or `handlerTimeoutMs` passed (transactional mode). */
   signal: AbortSignal;
 }
 
@@ -160,6 +167,7 @@ export class HttpIdempotency {
   private readonly storeFailures: boolean;
   private readonly storeHeaders: ReadonlySet<string>;
   private readonly leaseMs: number;
+  private readonly handlerTimeoutMs: number;
   /** @internal used by the bindings */
   readonly maxBodyBytes: number;
   /** @internal used by the bindings */
@@ -203,6 +211,7 @@ export class HttpIdempotency {
       (options.storeHeaders ?? DEFAULT_STORE_HEADERS).map((name) => name.toLowerCase()),
     );
     this.leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000);
+    this.handlerTimeoutMs = positiveInteger('handlerTimeoutMs', options.handlerTimeoutMs ?? 30_000);
     this.maxBodyBytes = positiveInteger('maxBodyBytes', options.maxBodyBytes ?? 1_048_576);
     this.log = options.logger ?? stderrLogger;
   }
@@ -345,18 +354,27 @@ export class HttpIdempotency {
         }
         if (this.storeFailures) await tx.query('SAVEPOINT oncely_http_handler');
         running = true;
+        const timedOut = new AbortController();
         resolveDecision({
           kind: 'run',
           key,
           scope,
           tx,
-          signal: new AbortController().signal,
+          signal: timedOut.signal,
           finish: (response) => {
             outcome.resolve(response);
             return sent.promise;
           },
         });
-        const response = await outcome.promise;
+        // A handler that never answers must not hold the key's transaction (and a pooled
+        // connection) forever: past the budget it is settled as a 504, its writes rolled back.
+        const timer = setTimeout(() => {
+          timedOut.abort(new Error('the request handler ran past handlerTimeoutMs'));
+          outcome.resolve(
+            problem(504, 'Gateway Timeout', 'The request did not complete in time; retry with the same key.'),
+          );
+        }, this.handlerTimeoutMs);
+        const response = await outcome.promise.finally(() => clearTimeout(timer));
         if (response.status >= 500) {
           // Nothing stored, nothing written: a retry runs the handler again.
           if (!this.storeFailures) throw new NotStored(response);
@@ -547,7 +565,10 @@ export class HttpIdempotency {
           async () => next(),
         );
       };
-      start().catch(next);
+      start().catch((error: unknown) => {
+        if (error instanceof TooLarge) send(res, problem(413, 'Content Too Large', error.message), false);
+        else next(error);
+      });
     };
   }
 

@@ -363,3 +363,32 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
 });
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} };
+
+describe('a handler that never answers (transactional mode, PGlite)', () => {
+  it('is settled as a 504 after handlerTimeoutMs, its writes rolled back, and the key free for a retry', async () => {
+    const schema = uniqueSchema('http_timeout');
+    const store = await openStore('pglite', schema);
+    const idempotency = new HttpIdempotency({ store, handlerTimeoutMs: 200 });
+    let runs = 0;
+    const server = await startServer('express', idempotency, async ({ tx }) => {
+      runs++;
+      await tx!.query(`INSERT INTO "${schema}".orders (id) VALUES ('slow-${runs}')`);
+      if (runs === 1) await new Promise((resolve) => setTimeout(resolve, 600));
+      return { status: 201, body: { runs } };
+    });
+    try {
+      const slow = await post(server.url, { id: 'slow' }, { 'idempotency-key': 'slow' });
+      expect(slow.status).toBe(504);
+      const retry = await post(server.url, { id: 'slow' }, { 'idempotency-key': 'slow' });
+      expect(retry.status).toBe(201);
+      expect(await retry.json()).toEqual({ runs: 2 });
+      const { rows } = await store.transaction((tx) =>
+        tx.query(`SELECT id FROM "${schema}".orders ORDER BY id`),
+      );
+      expect(rows).toEqual([{ id: 'slow-2' }]);
+    } finally {
+      await server.close();
+      await store.close();
+    }
+  });
+});
