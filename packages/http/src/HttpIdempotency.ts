@@ -329,17 +329,20 @@ export class HttpIdempotency {
     return new Promise<IdempotencyDecision>((resolveDecision, rejectDecision) => {
       let running = false;
       const committed = this.store.transaction(async (tx) => {
-        // Replays (the common retry) read without locking, so they never wait on or 409
-        // each other.
-        const settled = (await tx.query<KeyRow>(q.peek, [scope, key])).rows[0];
+        const peeked = (
+          await tx.query<KeyRow & { locked: boolean }>(q.lockAndPeek, [
+            scope,
+            key,
+            `${this.schema}:${scope.length}:${scope}:${key}`,
+          ])
+        ).rows[0];
+        const settled = peeked?.status ? peeked : undefined;
+        // Replays (the common retry) never wait on or 409 each other.
         if (settled?.status === 'completed') {
           return resolveDecision(settled.fingerprint === fingerprint ? replay(settled) : respond(mismatch()));
         }
-        const locked = await tx.query<{ locked: boolean }>(q.tryLock, [
-          `${this.schema}:${scope.length}:${scope}:${key}`,
-        ]);
         // Another request with this key holds its transaction open: it is in progress.
-        if (locked.rows[0]?.locked !== true) {
+        if (peeked?.locked !== true) {
           return resolveDecision(
             settled && settled.fingerprint !== fingerprint ? respond(mismatch()) : respond(inProgress()),
           );

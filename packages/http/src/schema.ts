@@ -70,11 +70,18 @@ export function buildHttpQueries(s: string) {
   const t = `${s}.http_idempotency_keys`;
   const response = 'response_status, response_headers, response_body';
   return {
-    /** $1 lock name. Transactional mode: one request per key runs at a time; the others get 409 at once. */
-    tryLock: 'SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0)) AS locked',
-    /** $1 scope, $2 key. The live row (not past retention), without locking it. */
-    peek: `SELECT fingerprint, status, (locked_until IS NOT NULL AND locked_until > now()) AS live, ${response}
-      FROM ${t} WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now()`,
+    /**
+     * $1 scope, $2 key, $3 lock name. Transactional mode, one round trip: tries the key's
+     * transaction-scoped advisory lock (one request per key runs at a time; the others get
+     * 409 at once) and reads the live row. The read's snapshot may predate a commit that
+     * released the lock, so a request that got the lock reads again ({@link read}) before
+     * deciding to run; a completed row seen here is a safe replay either way.
+     */
+    lockAndPeek: `SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, 0)) AS locked,
+        k.fingerprint, k.status, (k.locked_until IS NOT NULL AND k.locked_until > now()) AS live,
+        k.response_status, k.response_headers, k.response_body
+      FROM (SELECT 1) AS one
+      LEFT JOIN ${t} AS k ON k.scope = $1 AND k.idempotency_key = $2 AND k.expires_at > now()`,
     /** $1 scope, $2 key. The live row (not past retention), locked. */
     read: `SELECT fingerprint, status, (locked_until IS NOT NULL AND locked_until > now()) AS live, ${response}
       FROM ${t} WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now() FOR UPDATE`,
