@@ -683,6 +683,18 @@ export class HttpIdempotency {
   }
 }
 
+declare global {
+  // Express's documented augmentation point: `req.tx` and `req.idempotency` are typed in
+  // Express handlers. A plain namespace, so it compiles without @types/express too.
+  namespace Express {
+    interface Request {
+      /** Transactional mode: the key's transaction (set by `HttpIdempotency.express()`). */
+      tx?: SqlClient | undefined;
+      idempotency?: IdempotencyInfo;
+    }
+  }
+}
+
 /** The Node request with what the bindings add. */
 export interface IdempotentIncomingMessage extends IncomingMessage {
   /** Transactional mode: the key's transaction; write through it. Undefined in leased mode and for bypassed requests. */
