@@ -63,17 +63,21 @@ export function kafkaHandler<TBody = unknown>(
     try {
       const outcomes: RecordOutcome[] = [];
       const stopped = new Set<string>();
+      let stoppedAll = false;
       for (const record of records) {
-        if (stopped.has(record.group!)) {
+        // Out of time or out of store: what was not run comes back later, untouched.
+        if (deadline.signal.aborted) stoppedAll = true;
+        if (stoppedAll || stopped.has(record.group!)) {
           outcomes.push('skipped');
           continue;
         }
         const outcome = await runner.runOne(record, deadline.signal);
         outcomes.push(outcome);
+        if (outcome === 'unavailable') stoppedAll = true;
         if (outcome === 'failed') stopped.add(record.group!);
       }
       const failed = records
-        .filter((_, i) => outcomes[i] === 'failed' || outcomes[i] === 'skipped')
+        .filter((_, i) => outcomes[i] !== 'processed' && outcomes[i] !== 'duplicate')
         .map((record) => record.itemIdentifier);
       if (failed.length > 0 && report === 'throw') throw new BatchFailedError(failed);
       return { batchItemFailures: failed.map((itemIdentifier) => ({ itemIdentifier })) };

@@ -68,8 +68,11 @@ export interface PreparedRecord {
   receiveCount?: number;
 }
 
-/** What happened to one record. */
-export type RecordOutcome = 'processed' | 'duplicate' | 'failed' | 'skipped';
+/**
+ * What happened to one record. `unavailable`: the store could not be reached — the
+ * record failed and the rest of the batch is not tried (fail closed, fast).
+ */
+export type RecordOutcome = 'processed' | 'duplicate' | 'failed' | 'skipped' | 'unavailable';
 
 /** Shared by the SQS and Kafka handlers: ID resolution, body decoding, the transaction. */
 export class RecordRunner<TBody> {
@@ -170,6 +173,17 @@ export class RecordRunner<TBody> {
       );
       return outcome.status;
     } catch (error) {
+      if (this.options.store.classifyError(error) === 'unavailable') {
+        this.log.error(
+          'oncely/lambda: the store is unavailable; the rest of the batch is reported for retry',
+          {
+            consumer: this.options.name,
+            messageId: message.id,
+            error,
+          },
+        );
+        return 'unavailable';
+      }
       this.log.warn('oncely/lambda: record failed; reported for retry', {
         consumer: this.options.name,
         messageId: message.id,

@@ -75,12 +75,15 @@ export function sqsHandler<TBody = unknown>(
         let stoppedAll = false;
         for (const record of records) {
           const group = record.group ?? '';
-          if (fifo && (stoppedAll || stoppedGroups.has(group))) {
+          // Out of time or out of store: what was not run comes back later, untouched.
+          if (deadline.signal.aborted) stoppedAll = true;
+          if (stoppedAll || (fifo && stoppedGroups.has(group))) {
             outcomes.push('skipped');
             continue;
           }
           const outcome = await runner.runOne(record, deadline.signal);
           outcomes.push(outcome);
+          if (outcome === 'unavailable') stoppedAll = true;
           if (fifo && outcome === 'failed') {
             if (stopScope === 'batch') stoppedAll = true;
             else stoppedGroups.add(group);
@@ -89,7 +92,7 @@ export function sqsHandler<TBody = unknown>(
       }
       return {
         batchItemFailures: records
-          .filter((_, i) => outcomes[i] === 'failed' || outcomes[i] === 'skipped')
+          .filter((_, i) => outcomes[i] !== 'processed' && outcomes[i] !== 'duplicate')
           .map((record) => ({ itemIdentifier: record.itemIdentifier })),
       };
     } finally {

@@ -268,3 +268,72 @@ describe('sqsHandler on events shaped like the mapping builds them (PGlite)', ()
     expect(() => sqsHandler({ name: '', store, handler: async () => {} })).toThrow(/name/);
   });
 });
+
+describe('sqsHandler failing closed', () => {
+  const standard = 'arn:aws:sqs:us-east-1:123456789012:orders';
+  const rec = (id: string): SQSRecord => ({
+    messageId: `sqs-${id}`,
+    receiptHandle: `rh-${id}`,
+    body: '{}',
+    attributes: {
+      ApproximateReceiveCount: '1',
+      SentTimestamp: '1700000000000',
+      SenderId: 'AIDAIENQZJOLO23YVJ4VO',
+      ApproximateFirstReceiveTimestamp: '1700000000001',
+    },
+    messageAttributes: {
+      'message-id': { stringValue: id, stringListValues: [], binaryListValues: [], dataType: 'String' },
+    },
+    md5OfBody: '',
+    eventSource: 'aws:sqs',
+    eventSourceARN: standard,
+    awsRegion: 'us-east-1',
+  });
+
+  it('reports the whole batch after the first store outage, without trying the rest or running the handler', async () => {
+    const { PostgresStore } = await import('@oncely/postgres');
+    const down = new PostgresStore({
+      connectionString: 'postgres://postgres@127.0.0.1:1/none',
+      connectTimeoutMs: 500,
+    });
+    let runs = 0;
+    const fn = sqsHandler({
+      name: 'down',
+      store: down,
+      logger: silent,
+      handler: async () => {
+        runs++;
+      },
+    });
+    const started = Date.now();
+    const response = await fn({ Records: [rec('1'), rec('2'), rec('3')] });
+    expect(response.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(['sqs-1', 'sqs-2', 'sqs-3']);
+    expect(runs).toBe(0);
+    expect(Date.now() - started).toBeLessThan(5000);
+    await down.close();
+  });
+
+  it('stops starting records near the invocation deadline and reports the rest', async () => {
+    const schema = uniqueSchema('lambda_deadline');
+    const store = await openStore('pglite', schema);
+    const seen: string[] = [];
+    const fn = sqsHandler({
+      name: 'deadline',
+      store,
+      deadlineMarginMs: 1000,
+      logger: silent,
+      handler: async (message, ctx) => {
+        seen.push(message.id);
+        // The first record uses up the time left; ctx.signal tells it so.
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+      },
+    });
+    const response = await fn(
+      { Records: [rec('a'), rec('b'), rec('c')] },
+      { getRemainingTimeInMillis: () => 1100 },
+    );
+    expect(seen).toEqual(['a']);
+    expect(response.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(['sqs-b', 'sqs-c']);
+    await store.close();
+  });
+});
