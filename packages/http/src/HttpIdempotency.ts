@@ -6,7 +6,14 @@ import { requestFingerprint } from './fingerprint.js';
 import type { HttpQueries } from './schema.js';
 import { buildHttpQueries, migrateHttpSchema, quoteSchema } from './schema.js';
 
-/** The request as the middleware sees it, whatever the framework. */
+/**
+ * The request as the middleware sees it, whatever the framework.
+ *
+ * @example
+ * ```ts
+ * const request: IdempotentRequest = { method: 'POST', url: '/payments', headers: req.headers, body, raw: req };
+ * ```
+ */
 export interface IdempotentRequest {
   method: string;
   /** Path and query string, as received. */
@@ -18,7 +25,14 @@ export interface IdempotentRequest {
   raw: unknown;
 }
 
-/** A response as stored and replayed. */
+/**
+ * A response as stored and replayed.
+ *
+ * @example
+ * ```ts
+ * const response: StoredResponse = { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{}') };
+ * ```
+ */
 export interface StoredResponse {
   status: number;
   headers: Record<string, string | string[]>;
@@ -94,7 +108,15 @@ export interface HttpIdempotencyOptions {
   logger?: Logger;
 }
 
-/** What the middleware decided for one request. */
+/**
+ * What the middleware decided for one request.
+ *
+ * @example
+ * ```ts
+ * const decision = await idempotency.decide(request);
+ * if (decision.kind === 'run') send(await decision.finish(await runHandler(decision.tx)));
+ * ```
+ */
 export type IdempotencyDecision =
   | { kind: 'bypass' }
   | { kind: 'respond'; response: StoredResponse; replayed: boolean }
@@ -110,7 +132,14 @@ export type IdempotencyDecision =
       finish(response: StoredResponse): Promise<StoredResponse>;
     };
 
-/** What handlers see on the request (`req.idempotency`). */
+/**
+ * What handlers see on the request (`req.idempotency`).
+ *
+ * @example
+ * ```ts
+ * await provider.charge({ signal: req.idempotency.signal, idempotencyKey: `orders:${req.idempotency.key}:charge` });
+ * ```
+ */
 export interface IdempotencyInfo {
   key: string;
   scope: string;
@@ -129,7 +158,14 @@ const DEFAULT_STORE_HEADERS = [
   'link',
 ];
 
-/** Header set on a replayed response. */
+/**
+ * Header set on a replayed response.
+ *
+ * @example
+ * ```ts
+ * if (response.headers.get(REPLAY_HEADER) === 'true') console.log('replayed');
+ * ```
+ */
 export const REPLAY_HEADER = 'idempotent-replayed';
 
 /**
@@ -695,7 +731,14 @@ declare global {
   }
 }
 
-/** The Node request with what the bindings add. */
+/**
+ * The Node request with what the bindings add.
+ *
+ * @example
+ * ```ts
+ * idempotency.handler(async (req: IdempotentIncomingMessage, res) => { await req.tx?.query('SELECT 1'); res.end(); });
+ * ```
+ */
 export interface IdempotentIncomingMessage extends IncomingMessage {
   /** Transactional mode: the key's transaction; write through it. Undefined in leased mode and for bypassed requests. */
   tx?: SqlClient | undefined;
@@ -704,7 +747,14 @@ export interface IdempotentIncomingMessage extends IncomingMessage {
   rawBody?: Buffer;
 }
 
-/** The parts of Fastify the plugin uses (structural, so Fastify stays an optional peer). */
+/**
+ * The parts of Fastify the plugin uses (structural, so Fastify stays an optional peer).
+ *
+ * @example
+ * ```ts
+ * await app.register(idempotency.fastify()); // app: a FastifyInstance
+ * ```
+ */
 export interface FastifyRequestLike {
   method: string;
   url: string;

@@ -3,6 +3,11 @@ import { createHash } from 'node:crypto';
 /**
  * A stable text for a parsed body: object keys sorted, so `{"a":1,"b":2}` and
  * `{"b":2,"a":1}` are the same payload. Buffers and strings are taken byte for byte.
+ *
+ * @example
+ * ```ts
+ * canonicalBody({ b: 2, a: 1 }).toString(); // '{"a":1,"b":2}'
+ * ```
  */
 export function canonicalBody(body: unknown): Buffer {
   if (body === undefined || body === null) return Buffer.alloc(0);

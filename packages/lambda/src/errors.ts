@@ -25,7 +25,14 @@ export class BatchFailedError extends OncelyError {
   }
 }
 
-/** The event is not one the handler was built for (for example an SQS handler given a Kafka event). */
+/**
+ * The event is not one the handler was built for (for example an SQS handler given a Kafka event).
+ *
+ * @example
+ * ```ts
+ * if (isOncelyError(error, 'LAMBDA_EVENT_INVALID')) console.error('wrong trigger wired to this function');
+ * ```
+ */
 export class InvalidEventError extends OncelyError {
   constructor(message: string, options?: ErrorOptions) {
     super('LAMBDA_EVENT_INVALID', message, options);

@@ -4,7 +4,14 @@
  * (the tests check that those types are assignable to these).
  */
 
-/** One SQS record as the event source mapping delivers it. */
+/**
+ * One SQS record as the event source mapping delivers it.
+ *
+ * @example
+ * ```ts
+ * const record: SqsRecordLike = event.Records[0];
+ * ```
+ */
 export interface SqsRecordLike {
   messageId: string;
   body: string;
@@ -20,17 +27,38 @@ export interface SqsRecordLike {
   eventSource?: string;
 }
 
-/** The SQS event. */
+/**
+ * The SQS event.
+ *
+ * @example
+ * ```ts
+ * const response = await handler({ Records: [record] } satisfies SqsEventLike);
+ * ```
+ */
 export interface SqsEventLike {
   Records: SqsRecordLike[];
 }
 
-/** The partial batch response (`ReportBatchItemFailures`). */
+/**
+ * The partial batch response (`ReportBatchItemFailures`).
+ *
+ * @example
+ * ```ts
+ * const response: BatchResponse = { batchItemFailures: [{ itemIdentifier: record.messageId }] };
+ * ```
+ */
 export interface BatchResponse {
   batchItemFailures: Array<{ itemIdentifier: string }>;
 }
 
-/** One Kafka record: key and value base64, header values as byte arrays. */
+/**
+ * One Kafka record: key and value base64, header values as byte arrays.
+ *
+ * @example
+ * ```ts
+ * const value = JSON.parse(Buffer.from(record.value ?? '', 'base64').toString());
+ * ```
+ */
 export interface KafkaRecordLike {
   topic: string;
   partition: number;
@@ -41,7 +69,14 @@ export interface KafkaRecordLike {
   headers?: Array<Record<string, number[]>>;
 }
 
-/** An MSK or self-managed Kafka event: records grouped by `topic-partition`. */
+/**
+ * An MSK or self-managed Kafka event: records grouped by `topic-partition`.
+ *
+ * @example
+ * ```ts
+ * const all = Object.values(event.records).flat();
+ * ```
+ */
 export interface KafkaEventLike {
   eventSource?: string;
   records: Record<string, KafkaRecordLike[]>;

@@ -9,6 +9,6 @@ export type {
 } from './events.js';
 export type { KafkaHandlerOptions } from './kafkaHandler.js';
 export { kafkaHandler, prepareKafkaRecord } from './kafkaHandler.js';
-export type { LambdaContextLike, LambdaHandlerOptions, PreparedRecord } from './recordRunner.js';
+export type { LambdaContextLike, LambdaHandlerOptions, PreparedRecord } from './RecordRunner.js';
 export type { SqsHandlerOptions } from './sqsHandler.js';
 export { prepareSqsRecord, sqsHandler } from './sqsHandler.js';

@@ -5,8 +5,8 @@ import type {
   LambdaHandlerOptions,
   PreparedRecord,
   RecordOutcome,
-} from './recordRunner.js';
-import { RecordRunner } from './recordRunner.js';
+} from './RecordRunner.js';
+import { RecordRunner } from './RecordRunner.js';
 
 /**
  * Options of {@link kafkaHandler}.
@@ -87,7 +87,14 @@ export function kafkaHandler<TBody = unknown>(
   };
 }
 
-/** A Kafka record of the event as the core's envelope: value and key are base64, header values byte arrays. */
+/**
+ * A Kafka record of the event as the core's envelope: value and key are base64, header values byte arrays.
+ *
+ * @example
+ * ```ts
+ * const { envelope } = prepareKafkaRecord(event.records['orders-0'][0]);
+ * ```
+ */
 export function prepareKafkaRecord(record: KafkaRecordLike): PreparedRecord {
   const attributes: Record<string, string> = {};
   for (const header of record.headers ?? []) {

@@ -5,8 +5,8 @@ import type {
   LambdaHandlerOptions,
   PreparedRecord,
   RecordOutcome,
-} from './recordRunner.js';
-import { RecordRunner } from './recordRunner.js';
+} from './RecordRunner.js';
+import { RecordRunner } from './RecordRunner.js';
 
 /**
  * Options of {@link sqsHandler}.
@@ -101,7 +101,14 @@ export function sqsHandler<TBody = unknown>(
   };
 }
 
-/** The SQS record as the core's envelope (the same fields the SQS adapter maps). */
+/**
+ * The SQS record as the core's envelope (the same fields the SQS adapter maps).
+ *
+ * @example
+ * ```ts
+ * const { envelope, itemIdentifier } = prepareSqsRecord(event.Records[0]);
+ * ```
+ */
 export function prepareSqsRecord(record: SqsRecordLike): PreparedRecord {
   const attributes: Record<string, string> = {};
   for (const [name, value] of Object.entries(record.messageAttributes ?? {})) {

@@ -53,12 +53,26 @@ export interface LambdaHandlerOptions<TBody = unknown> {
   logger?: Logger;
 }
 
-/** The minimal part of the Lambda `Context` used here. */
+/**
+ * The minimal part of the Lambda `Context` used here.
+ *
+ * @example
+ * ```ts
+ * await handler(event, { getRemainingTimeInMillis: () => 30_000 });
+ * ```
+ */
 export interface LambdaContextLike {
   getRemainingTimeInMillis?(): number;
 }
 
-/** One record translated for the core, with the identifier the event source wants back. */
+/**
+ * One record translated for the core, with the identifier the event source wants back.
+ *
+ * @example
+ * ```ts
+ * const prepared: PreparedRecord = prepareSqsRecord(event.Records[0]);
+ * ```
+ */
 export interface PreparedRecord {
   itemIdentifier: string;
   envelope: Envelope;
