@@ -392,3 +392,37 @@ describe('a handler that never answers (transactional mode, PGlite)', () => {
     }
   });
 });
+
+describe.skipIf(!hasPostgres)('leased mode renews the claim while the handler runs (real PostgreSQL)', () => {
+  it('a handler running past leaseMs keeps its key: a retry still gets 409, then the replay', async () => {
+    const schema = uniqueSchema('http_renew');
+    const store = await openStore('postgres', schema);
+    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs: 300 });
+    const first = gate();
+    let runs = 0;
+    const server = await startServer('fastify', idempotency, async () => {
+      runs++;
+      first.enter();
+      await first.wait;
+      return { status: 201, body: { runs } };
+    });
+    try {
+      const leader = post(server.url, { id: 'long' }, { 'idempotency-key': 'long' });
+      await first.entered;
+      // Three lease lengths later, on the database clock: only renewals keep the claim alive.
+      await admin.query('SELECT pg_sleep(0.9)');
+      const during = await post(server.url, { id: 'long' }, { 'idempotency-key': 'long' });
+      expect(during.status).toBe(409);
+      first.open();
+      expect((await leader).status).toBe(201);
+      const replay = await post(server.url, { id: 'long' }, { 'idempotency-key': 'long' });
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(runs).toBe(1);
+    } finally {
+      first.open();
+      await server.close();
+      await store.close();
+      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  });
+});
