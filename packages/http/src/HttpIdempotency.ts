@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { IdempotencyStore, Logger, SqlClient } from '@oncely/core';
 import { ConfigError, stderrLogger } from '@oncely/core';
+import { HttpIdempotencyError } from './errors.js';
 import { requestFingerprint } from './fingerprint.js';
 import type { HttpQueries } from './schema.js';
 import { buildHttpQueries, migrateHttpSchema, quoteSchema } from './schema.js';
@@ -362,9 +363,28 @@ export class HttpIdempotency {
     const q = this.queries;
     const outcome = deferred<StoredResponse>();
     const sent = deferred<StoredResponse>();
+    // The handler's view of the transaction. Once the transaction has settled (a timeout, a
+    // commit), a late statement must fail instead of running on a pooled connection that
+    // may by then serve another request's transaction.
+    let txEnded = false;
+    let inner: SqlClient | undefined;
+    const handlerTx: SqlClient = {
+      query: (text, params) => {
+        if (txEnded || !inner) {
+          return Promise.reject(
+            new HttpIdempotencyError(
+              'HTTP_TRANSACTION_ENDED',
+              "req.tx was used after the request's transaction ended (handlerTimeoutMs passed, or the response was already sent)",
+            ),
+          );
+        }
+        return params === undefined ? inner.query(text) : inner.query(text, params);
+      },
+    };
     return new Promise<IdempotencyDecision>((resolveDecision, rejectDecision) => {
       let running = false;
       const committed = this.store.transaction(async (tx) => {
+        inner = tx;
         const peeked = (
           await tx.query<KeyRow & { locked: boolean }>(q.lockAndPeek, [
             scope,
@@ -398,7 +418,7 @@ export class HttpIdempotency {
           kind: 'run',
           key,
           scope,
-          tx,
+          tx: handlerTx,
           signal: timedOut.signal,
           finish: (response) => {
             outcome.resolve(response);
@@ -413,7 +433,10 @@ export class HttpIdempotency {
             problem(504, 'Gateway Timeout', 'The request did not complete in time; retry with the same key.'),
           );
         }, this.handlerTimeoutMs);
-        const response = await outcome.promise.finally(() => clearTimeout(timer));
+        const response = await outcome.promise.finally(() => {
+          clearTimeout(timer);
+          txEnded = true;
+        });
         if (response.status >= 500) {
           // Nothing stored, nothing written: a retry runs the handler again.
           if (!this.storeFailures) throw new NotStored(response);

@@ -3,10 +3,7 @@ import { OncelyError } from '@oncely/core';
 /**
  * Stable codes of `@oncely/http` errors. Never match on message text.
  */
-export type HttpIdempotencyErrorCode =
-  | 'HTTP_RESPONSE_NOT_STORABLE'
-  | 'HTTP_OUTBOUND_BODY'
-  | 'HTTP_LEASE_LOST';
+export type HttpIdempotencyErrorCode = 'HTTP_OUTBOUND_BODY' | 'HTTP_TRANSACTION_ENDED';
 
 /**
  * Base class of the errors this package throws (an {@link OncelyError}, so

@@ -370,10 +370,17 @@ describe('a handler that never answers (transactional mode, PGlite)', () => {
     const store = await openStore('pglite', schema);
     const idempotency = new HttpIdempotency({ store, handlerTimeoutMs: 200 });
     let runs = 0;
+    let lateError: unknown;
     const server = await startServer('express', idempotency, async ({ tx }) => {
       runs++;
       await tx!.query(`INSERT INTO "${schema}".orders (id) VALUES ('slow-${runs}')`);
-      if (runs === 1) await new Promise((resolve) => setTimeout(resolve, 600));
+      if (runs === 1) {
+        await new Promise((resolve) => setTimeout(resolve, 600));
+        // Too late: the transaction is gone, and the statement must not run anywhere.
+        lateError = await tx!
+          .query(`INSERT INTO "${schema}".orders (id) VALUES ('late')`)
+          .catch((error) => error);
+      }
       return { status: 201, body: { runs } };
     });
     try {
@@ -386,6 +393,7 @@ describe('a handler that never answers (transactional mode, PGlite)', () => {
         tx.query(`SELECT id FROM "${schema}".orders ORDER BY id`),
       );
       expect(rows).toEqual([{ id: 'slow-2' }]);
+      await expect.poll(() => lateError).toMatchObject({ code: 'HTTP_TRANSACTION_ENDED' });
     } finally {
       await server.close();
       await store.close();
