@@ -434,3 +434,46 @@ describe.skipIf(!hasPostgres)('leased mode renews the claim while the handler ru
     }
   });
 });
+
+describe('on PGlite (one connection): concurrent identical requests', () => {
+  it.each(['transactional', 'leased'] as const)(
+    '%s: exactly one execution; the others get 409 or wait and get the replay',
+    async (mode) => {
+      const schema = uniqueSchema('http_pglite_race');
+      const store = await openStore('pglite', schema);
+      const idempotency = new HttpIdempotency({ store, mode });
+      const first = gate();
+      let runs = 0;
+      const server = await startServer('express', idempotency, async ({ tx }) => {
+        runs++;
+        first.enter();
+        await first.wait;
+        if (tx) await tx.query(`INSERT INTO "${schema}".orders (id) VALUES ('race')`);
+        return { status: 201, body: { ok: true } };
+      });
+      try {
+        const leader = post(server.url, { id: 'race' }, { 'idempotency-key': 'race' });
+        await first.entered;
+        // Transactional mode: these queue behind the leader's transaction on the one
+        // connection. Leased mode: the claim is committed, so they answer 409 at once.
+        const racers = Array.from({ length: 5 }, () =>
+          post(server.url, { id: 'race' }, { 'idempotency-key': 'race' }),
+        );
+        if (mode === 'leased') {
+          for (const response of await Promise.all(racers)) expect(response.status).toBe(409);
+        }
+        first.open();
+        expect((await leader).status).toBe(201);
+        for (const response of await Promise.all(racers)) {
+          if (response.status === 201) expect(response.headers.get('idempotent-replayed')).toBe('true');
+          else expect(response.status).toBe(409);
+        }
+        expect(runs).toBe(1);
+      } finally {
+        first.open();
+        await server.close();
+        await store.close();
+      }
+    },
+  );
+});
