@@ -63,7 +63,8 @@ describe.skipIf(!hasPostgres)('a crash of the first request (real PostgreSQL, SI
   });
 
   it('leased: the key stays in progress (409) until its database-time deadline, then a retry takes it over', async () => {
-    const leaseMs = 1500;
+    // Long enough that the 409 below comes before the deadline even on a loaded machine.
+    const leaseMs = 5000;
     const { child, url, waitLine } = await startChild(schema, 'leased', leaseMs);
     const crashed = post(url, { id: 'L' }, { 'idempotency-key': 'leased-crash' }).catch(
       () => 'connection lost',

@@ -313,7 +313,7 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
   });
 
   it('forgets a key after retention, and prune() deletes it', async () => {
-    const idempotency = new HttpIdempotency({ store, retentionMs: 300 });
+    const idempotency = new HttpIdempotency({ store, retentionMs: 2000 });
     let runs = 0;
     const server = await startServer('node', idempotency, async () => {
       runs++;
@@ -323,11 +323,11 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
       await post(server.url, { id: 'r' }, { 'idempotency-key': 'retained' });
       const replay = await post(server.url, { id: 'r' }, { 'idempotency-key': 'retained' });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
-      await admin.query('SELECT pg_sleep(0.4)');
+      await admin.query('SELECT pg_sleep(2.1)');
       const again = await post(server.url, { id: 'r' }, { 'idempotency-key': 'retained' });
       expect(again.headers.get('idempotent-replayed')).toBeNull();
       expect(runs).toBe(2);
-      await admin.query('SELECT pg_sleep(0.4)');
+      await admin.query('SELECT pg_sleep(2.1)');
       expect(await idempotency.prune()).toBeGreaterThanOrEqual(1);
       const { rows } = await admin.query(
         `SELECT count(*)::int AS n FROM "${schema}".http_idempotency_keys WHERE idempotency_key = 'retained'`,
@@ -405,7 +405,7 @@ describe.skipIf(!hasPostgres)('leased mode renews the claim while the handler ru
   it('a handler running past leaseMs keeps its key: a retry still gets 409, then the replay', async () => {
     const schema = uniqueSchema('http_renew');
     const store = await openStore('postgres', schema);
-    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs: 300 });
+    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs: 1000 });
     const first = gate();
     let runs = 0;
     const server = await startServer('fastify', idempotency, async () => {
@@ -418,7 +418,7 @@ describe.skipIf(!hasPostgres)('leased mode renews the claim while the handler ru
       const leader = post(server.url, { id: 'long' }, { 'idempotency-key': 'long' });
       await first.entered;
       // Three lease lengths later, on the database clock: only renewals keep the claim alive.
-      await admin.query('SELECT pg_sleep(0.9)');
+      await admin.query('SELECT pg_sleep(2.5)');
       const during = await post(server.url, { id: 'long' }, { 'idempotency-key': 'long' });
       expect(during.status).toBe(409);
       first.open();
