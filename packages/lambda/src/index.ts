@@ -1,2 +1,14 @@
-// Filled in by the entry-points work (issue 14).
-export {};
+export type { LambdaErrorCode } from './errors.js';
+export { BatchFailedError, InvalidEventError } from './errors.js';
+export type {
+  BatchResponse,
+  KafkaEventLike,
+  KafkaRecordLike,
+  SqsEventLike,
+  SqsRecordLike,
+} from './events.js';
+export type { KafkaHandlerOptions } from './kafkaHandler.js';
+export { kafkaHandler, prepareKafkaRecord } from './kafkaHandler.js';
+export type { LambdaContextLike, LambdaHandlerOptions, PreparedRecord } from './RecordRunner.js';
+export type { SqsHandlerOptions } from './sqsHandler.js';
+export { prepareSqsRecord, sqsHandler } from './sqsHandler.js';

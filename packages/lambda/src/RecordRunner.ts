@@ -1,0 +1,245 @@
+import type {
+  BodyFormat,
+  Envelope,
+  Handler,
+  HandlerContext,
+  IdempotencyStore,
+  IdStrategy,
+  Logger,
+  Message,
+  SqlClient,
+} from '@oncely/core';
+import {
+  ConfigError,
+  decodeBody,
+  describeIdStrategy,
+  processBatchOnce,
+  processOnce,
+  resolveMessageId,
+  stderrLogger,
+} from '@oncely/core';
+
+/**
+ * Options every Lambda handler takes.
+ *
+ * @example
+ * ```ts
+ * const options: LambdaHandlerOptions = { name: 'payments', store, handler: async (message, ctx) => {} };
+ * ```
+ */
+export interface LambdaHandlerOptions<TBody = unknown> {
+  /** Consumer name: the namespace of processed IDs (share it with a consumer to share dedup state). */
+  name: string;
+  /** The Oncely store; the processed marker and the handler's `ctx.tx` writes commit in one of its transactions. */
+  store: IdempotencyStore<SqlClient>;
+  /** Runs once per new record, inside the record's transaction. Throwing rolls it back and reports the record failed. */
+  handler: Handler<TBody>;
+  /**
+   * Where the stable ID comes from (see `IdStrategy` in @oncely/core). A record without one
+   * is reported failed and logged, never processed unprotected: the event source's
+   * redrive policy / on-failure destination then takes it.
+   * @default { attribute: 'message-id' } (the same default as the consumers)
+   */
+  idStrategy?: IdStrategy;
+  /** @default 'json' */
+  bodyFormat?: BodyFormat;
+  /**
+   * `ctx.signal` aborts this long before the invocation's deadline
+   * (`context.getRemainingTimeInMillis()`), so a handler can stop before Lambda kills it.
+   * @default 1000
+   */
+  deadlineMarginMs?: number;
+  /** @default core's stderr logger */
+  logger?: Logger;
+}
+
+/**
+ * The minimal part of the Lambda `Context` used here.
+ *
+ * @example
+ * ```ts
+ * await handler(event, { getRemainingTimeInMillis: () => 30_000 });
+ * ```
+ */
+export interface LambdaContextLike {
+  getRemainingTimeInMillis?(): number;
+}
+
+/**
+ * One record translated for the core, with the identifier the event source wants back.
+ *
+ * @example
+ * ```ts
+ * const prepared: PreparedRecord = prepareSqsRecord(event.Records[0]);
+ * ```
+ */
+export interface PreparedRecord {
+  itemIdentifier: string;
+  envelope: Envelope;
+  /** Records with the same group key keep their order (FIFO group, Kafka partition). */
+  group?: string;
+  /** Receive count kept by the event source, when it keeps one. */
+  receiveCount?: number;
+}
+
+/**
+ * What happened to one record. `unavailable`: the store could not be reached — the
+ * record failed and the rest of the batch is not tried (fail closed, fast).
+ */
+export type RecordOutcome = 'processed' | 'duplicate' | 'failed' | 'skipped' | 'unavailable';
+
+/** Shared by the SQS and Kafka handlers: ID resolution, body decoding, the transaction. */
+export class RecordRunner<TBody> {
+  readonly log: Logger;
+  private readonly idStrategy: IdStrategy;
+  private readonly bodyFormat: BodyFormat;
+  private readonly marginMs: number;
+
+  constructor(
+    private readonly options: LambdaHandlerOptions<TBody>,
+    private readonly broker: string,
+  ) {
+    if (typeof options !== 'object' || options === null)
+      throw new ConfigError('lambda', 'options are required');
+    if (typeof options.name !== 'string' || options.name.trim() === '') {
+      throw new ConfigError('name', 'must be a non-empty string (the consumer name)');
+    }
+    if (!options.store || typeof options.store.transaction !== 'function') {
+      throw new ConfigError('store', 'must be an Oncely store (for example a PostgresStore)');
+    }
+    if (typeof options.handler !== 'function') throw new ConfigError('handler', 'must be a function');
+    this.idStrategy = options.idStrategy ?? { attribute: 'message-id' };
+    this.bodyFormat = options.bodyFormat ?? 'json';
+    this.marginMs = options.deadlineMarginMs ?? 1000;
+    this.log = options.logger ?? stderrLogger;
+  }
+
+  /** An abort signal for the invocation's deadline; `dispose` clears its timer. */
+  deadline(context: LambdaContextLike | undefined): { signal: AbortSignal; dispose(): void } {
+    const controller = new AbortController();
+    const remaining = context?.getRemainingTimeInMillis?.();
+    if (remaining === undefined) return { signal: controller.signal, dispose: () => {} };
+    const timer = setTimeout(
+      () => controller.abort(new Error('the Lambda invocation is about to time out')),
+      Math.max(0, remaining - this.marginMs),
+    );
+    timer.unref();
+    return { signal: controller.signal, dispose: () => clearTimeout(timer) };
+  }
+
+  /** Resolves ID and body; `undefined` (logged) when the record cannot be processed safely. */
+  private toMessage(record: PreparedRecord): Message<TBody> | undefined {
+    const id = resolveMessageId(this.idStrategy, record.envelope);
+    if (id === undefined) {
+      this.log.error(
+        `oncely/lambda: record has no ID under ${describeIdStrategy(this.idStrategy)}; reported failed (poison: it reaches the redrive policy / on-failure destination)`,
+        { consumer: this.options.name, itemIdentifier: record.itemIdentifier, reason: 'missing-id' },
+      );
+      return undefined;
+    }
+    let body: TBody;
+    try {
+      body = decodeBody(this.bodyFormat, record.envelope.body) as TBody;
+    } catch (error) {
+      this.log.error('oncely/lambda: record body cannot be decoded; reported failed', {
+        consumer: this.options.name,
+        messageId: id,
+        reason: 'invalid-body',
+        error,
+      });
+      return undefined;
+    }
+    return {
+      id,
+      body,
+      attributes: record.envelope.attributes,
+      deliveryAttempt: record.receiveCount,
+      redelivered: record.receiveCount === undefined ? undefined : record.receiveCount > 1,
+      orderingKey: record.envelope.orderingKey,
+      sequence: record.envelope.sequence,
+      source: record.envelope.source,
+      broker: this.broker,
+      raw: record.envelope.raw,
+    };
+  }
+
+  private context(message: Message<TBody>, tx: SqlClient, signal: AbortSignal): HandlerContext {
+    const { name, store } = this.options;
+    return {
+      tx,
+      idempotencyKey: (step) => `${name}:${message.id}:${step}`,
+      savepoint: (work) => store.savepoint(tx, work),
+      signal,
+      attempt: message.deliveryAttempt ?? 1,
+      log: this.log,
+    };
+  }
+
+  /** Runs one record once (marker and effect in one transaction). Never rejects. */
+  async runOne(record: PreparedRecord, signal: AbortSignal): Promise<RecordOutcome> {
+    const message = this.toMessage(record);
+    if (!message) return 'failed';
+    try {
+      const outcome = await processOnce(
+        this.options.store,
+        { consumer: this.options.name, messageId: message.id },
+        (tx) => this.options.handler(message, this.context(message, tx, signal)),
+      );
+      return outcome.status;
+    } catch (error) {
+      if (this.options.store.classifyError(error) === 'unavailable') {
+        this.log.error(
+          'oncely/lambda: the store is unavailable; the rest of the batch is reported for retry',
+          {
+            consumer: this.options.name,
+            messageId: message.id,
+            error,
+          },
+        );
+        return 'unavailable';
+      }
+      this.log.warn('oncely/lambda: record failed; reported for retry', {
+        consumer: this.options.name,
+        messageId: message.id,
+        error,
+      });
+      return 'failed';
+    }
+  }
+
+  /**
+   * The fast path: every record in one transaction and one claim statement
+   * (`processBatchOnce`); a failing record rolls back alone and is reported.
+   */
+  async runBatch(records: readonly PreparedRecord[], signal: AbortSignal): Promise<RecordOutcome[]> {
+    const messages = records.map((record) => this.toMessage(record));
+    const runnable = messages.flatMap((message, index) => (message ? [{ message, index }] : []));
+    const outcomes: RecordOutcome[] = messages.map(() => 'failed');
+    try {
+      const results = await processBatchOnce(
+        this.options.store,
+        this.options.name,
+        runnable.map(({ message }) => ({
+          messageId: message.id,
+          work: (tx: SqlClient) => this.options.handler(message, this.context(message, tx, signal)),
+        })),
+      );
+      results.forEach((result, i) => {
+        outcomes[runnable[i]!.index] = result.status;
+        if (result.status === 'failed') {
+          this.log.warn('oncely/lambda: record failed; reported for retry', {
+            consumer: this.options.name,
+            messageId: runnable[i]!.message.id,
+            error: result.error,
+          });
+        }
+      });
+    } catch (error) {
+      // The batch's transaction failed as a whole (store outage): every record is retried.
+      this.log.error('oncely/lambda: the batch transaction failed; every record reported for retry', {
+        error,
+      });
+    }
+    return outcomes;
+  }
+}

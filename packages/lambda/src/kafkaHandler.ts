@@ -1,0 +1,119 @@
+import { BatchFailedError, InvalidEventError } from './errors.js';
+import type { BatchResponse, KafkaEventLike, KafkaRecordLike } from './events.js';
+import type {
+  LambdaContextLike,
+  LambdaHandlerOptions,
+  PreparedRecord,
+  RecordOutcome,
+} from './RecordRunner.js';
+import { RecordRunner } from './RecordRunner.js';
+
+/**
+ * Options of {@link kafkaHandler}.
+ *
+ * @example
+ * ```ts
+ * const options: KafkaHandlerOptions = { name: 'orders', store, handler, idStrategy: 'broker' };
+ * ```
+ */
+export interface KafkaHandlerOptions<TBody = unknown> extends LambdaHandlerOptions<TBody> {
+  /**
+   * How failed records are reported. `'throw'`: the invocation fails with
+   * {@link BatchFailedError} and Lambda retries the whole batch; records that committed are
+   * skipped as duplicates on the retry (works with every event source mapping mode).
+   * `'report'`: returns `batchItemFailures` with `itemIdentifier` `${topic}-${partition}-${offset}`
+   * for each failed or not-run record (needs `ReportBatchItemFailures` on the mapping, which
+   * AWS offers for Kafka in provisioned mode).
+   * @default 'throw'
+   */
+  failureReport?: 'throw' | 'report';
+}
+
+/**
+ * An AWS Lambda handler for Amazon MSK and self-managed Kafka event sources. Records run
+ * once each, partition by partition in offset order; after a record fails, the later
+ * records of its partition are not run (they would overtake it), other partitions go on.
+ *
+ * @example
+ * ```ts
+ * export const handler = kafkaHandler({
+ *   name: 'orders',
+ *   store,
+ *   idStrategy: 'broker', // topic/partition/offset: catches the mapping's retries only
+ *   handler: async (message, ctx) => {
+ *     await ctx.tx.query('INSERT INTO orders(id) VALUES ($1)', [message.body.id]);
+ *   },
+ * });
+ * ```
+ */
+export function kafkaHandler<TBody = unknown>(
+  options: KafkaHandlerOptions<TBody>,
+): (event: KafkaEventLike, context?: LambdaContextLike) => Promise<BatchResponse> {
+  const runner = new RecordRunner(options, 'kafka');
+  const report = options.failureReport ?? 'throw';
+  return async (event, context) => {
+    if (!event || typeof event.records !== 'object' || event.records === null) {
+      throw new InvalidEventError(
+        'kafkaHandler expects an MSK or self-managed Kafka event ({ records: { ... } })',
+      );
+    }
+    // The mapping lists each topic-partition's records in offset order; that order is kept.
+    const records = Object.values(event.records).flat().map(prepareKafkaRecord);
+    const deadline = runner.deadline(context);
+    try {
+      const outcomes: RecordOutcome[] = [];
+      const stopped = new Set<string>();
+      let stoppedAll = false;
+      for (const record of records) {
+        // Out of time or out of store: what was not run comes back later, untouched.
+        if (deadline.signal.aborted) stoppedAll = true;
+        if (stoppedAll || stopped.has(record.group!)) {
+          outcomes.push('skipped');
+          continue;
+        }
+        const outcome = await runner.runOne(record, deadline.signal);
+        outcomes.push(outcome);
+        if (outcome === 'unavailable') stoppedAll = true;
+        if (outcome === 'failed') stopped.add(record.group!);
+      }
+      const failed = records
+        .filter((_, i) => outcomes[i] !== 'processed' && outcomes[i] !== 'duplicate')
+        .map((record) => record.itemIdentifier);
+      if (failed.length > 0 && report === 'throw') throw new BatchFailedError(failed);
+      return { batchItemFailures: failed.map((itemIdentifier) => ({ itemIdentifier })) };
+    } finally {
+      deadline.dispose();
+    }
+  };
+}
+
+/**
+ * A Kafka record of the event as the core's envelope: value and key are base64, header values byte arrays.
+ *
+ * @example
+ * ```ts
+ * const { envelope } = prepareKafkaRecord(event.records['orders-0'][0]);
+ * ```
+ */
+export function prepareKafkaRecord(record: KafkaRecordLike): PreparedRecord {
+  const attributes: Record<string, string> = {};
+  for (const header of record.headers ?? []) {
+    for (const [name, bytes] of Object.entries(header))
+      attributes[name] = Buffer.from(bytes).toString('utf8');
+  }
+  const offset = String(record.offset);
+  return {
+    itemIdentifier: `${record.topic}-${record.partition}-${offset}`,
+    group: `${record.topic}-${record.partition}`,
+    envelope: {
+      body: record.value === undefined || record.value === null ? '' : Buffer.from(record.value, 'base64'),
+      attributes,
+      brokerMessageId: `${record.topic}/${record.partition}/${offset}`,
+      orderingKey: record.key ? Buffer.from(record.key, 'base64').toString('utf8') : undefined,
+      sequence: offset,
+      source: record.topic,
+      offset: { topic: record.topic, partition: record.partition, offset },
+      raw: record,
+    },
+  };
+}
