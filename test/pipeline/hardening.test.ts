@@ -386,6 +386,32 @@ describe.skipIf(!hasPostgres)('defect 7: a silent partition becomes a store outa
   });
 });
 
+describe.skipIf(!hasPostgres)('a handler that outlives its transaction', () => {
+  it('cannot send statements through ctx.tx once its transaction ended', async () => {
+    const table = await effectsTable();
+    let late!: Promise<unknown>;
+    const sent = new Promise<void>((resolve) => {
+      void startConsumer(server, {
+        handler: async (message, ctx) => {
+          // Fire and forget: the statement goes out after the handler has returned and
+          // its transaction committed, when the pooled connection may serve someone else.
+          setTimeout(() => {
+            late = ctx.tx.query(`INSERT INTO ${table}(message_id) VALUES ($1)`, [message.id]);
+            resolve();
+          }, 200);
+        },
+      }).then(async ({ consumer, adapter }) => {
+        expect(await adapter.deliver({ id: 'm1' })).toEqual({ kind: 'ack' });
+        await sent;
+        await consumer.stop();
+      });
+    });
+    await sent;
+    await expect(late).rejects.toMatchObject({ code: 'TRANSACTION_ENDED' });
+    expect(await count(`SELECT count(*)::int AS n FROM ${table}`)).toBe(0);
+  });
+});
+
 describe.skipIf(!hasPostgres)('defect 8: a stop-deadline abort releases, never counts', () => {
   it('with maxAttempts 1 the aborted message is released, not dead-lettered', async () => {
     let signalled!: () => void;

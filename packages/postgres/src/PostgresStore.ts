@@ -19,7 +19,7 @@ import { PgDriver } from './drivers/PgDriver.js';
 import type { PgliteLike } from './drivers/PgliteDriver.js';
 import { PgliteDriver } from './drivers/PgliteDriver.js';
 import type { StoreDriver } from './drivers/StoreDriver.js';
-import { SchemaVersionError, TransactionAbortedError } from './errors.js';
+import { SchemaVersionError, TransactionAbortedError, TransactionEndedError } from './errors.js';
 import { quoteSchemaName } from './identifiers.js';
 import { LATEST_VERSION, MIGRATIONS } from './migrations/index.js';
 import type { StoreQueries } from './queries.js';
@@ -719,10 +719,17 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
       operation,
       async (client) => {
         const connection = new StoreConnection(client);
-        if (verify && !this.schemaVerified) await this.verifySchema(connection);
-        const result = await work(connection);
-        await connection.assertCommittable();
-        return result;
+        try {
+          if (verify && !this.schemaVerified) await this.verifySchema(connection);
+          const result = await work(connection);
+          await connection.assertCommittable();
+          return result;
+        } finally {
+          // A handler still holding ctx.tx (it ignored its timeout) must not send
+          // statements on a connection that is about to be committed, or back in the pool
+          // serving someone else's transaction.
+          connection.end();
+        }
       },
       lockTimeoutMs,
     );
@@ -754,10 +761,17 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
 class StoreConnection implements SqlClient {
   private failed: unknown;
   private hasFailed = false;
+  private ended = false;
 
   constructor(private readonly inner: SqlClient) {}
 
+  /** The transaction's work is over: later statements are refused. */
+  end(): void {
+    this.ended = true;
+  }
+
   async query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]) {
+    if (this.ended) throw new TransactionEndedError();
     try {
       return await (params === undefined ? this.inner.query<R>(text) : this.inner.query<R>(text, params));
     } catch (error) {

@@ -117,3 +117,23 @@ export class TransactionAbortedError extends OncelyError {
     );
   }
 }
+
+/**
+ * A statement was sent through a transaction's client after that transaction ended: a
+ * handler kept using `ctx.tx` after its timeout, or after it returned. The statement is
+ * refused rather than run on a connection that is being committed or already serves
+ * another transaction.
+ *
+ * @example
+ * ```ts
+ * if (error instanceof TransactionEndedError) console.error('a handler outlived its transaction');
+ * ```
+ */
+export class TransactionEndedError extends OncelyError {
+  constructor() {
+    super(
+      'TRANSACTION_ENDED',
+      'this transaction has ended: a statement sent through ctx.tx after the handler returned or timed out is refused',
+    );
+  }
+}

@@ -9,6 +9,7 @@ export {
   isSchemaVersionError,
   SchemaVersionError,
   TransactionAbortedError,
+  TransactionEndedError,
 } from './errors.js';
 export { quoteIdentifier } from './identifiers.js';
 export { LATEST_VERSION } from './migrations/index.js';
