@@ -2,7 +2,7 @@
 // Runs every benchmark scenario and writes bench/RESULTS.md.
 //
 //   npm run bench                                   (builds first, then this script)
-//   node bench/run.mjs [--only core,batch,memory,sqs,rabbitmq,kafka,powertools] [--quick]
+//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools] [--quick]
 //
 // Each scenario runs in a process of its own (bench/<scenario>/run.mjs) and hands its
 // figures back through the JSON file named by BENCH_RESULT_FILE; bench/rabbitmq and
@@ -21,7 +21,7 @@ import { findPgbench } from './lib/pgbench.mjs';
 import { formatMs, formatRate, formatRatio, median } from './lib/stats.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const ALL = ['core', 'batch', 'memory', 'sqs', 'rabbitmq', 'kafka', 'powertools'];
+const ALL = ['core', 'batch', 'memory', 'sqs', 'pubsub', 'servicebus', 'rabbitmq', 'kafka', 'powertools'];
 const { values: cli } = parseArgs({
   options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } },
 });
@@ -35,6 +35,8 @@ const ARGS = cli.quick
       batch: ['--rounds', '2', '--seconds', '0.5'],
       memory: ['--rounds', '1', '--messages', '500'],
       sqs: ['--rounds', '1', '--messages', '500'],
+      pubsub: ['--rounds', '1', '--messages', '500'],
+      servicebus: ['--rounds', '1', '--messages', '500'],
       rabbitmq: { runs: 1, messages: 1000 },
       kafka: ['--messages', '1000'],
       powertools: [
@@ -53,6 +55,8 @@ const ARGS = cli.quick
       batch: [],
       memory: [],
       sqs: [],
+      pubsub: [],
+      servicebus: [],
       rabbitmq: { runs: 3, messages: 3000 },
       kafka: ['--messages', '3000'],
       powertools: [],
@@ -371,7 +375,7 @@ function summaryRows(results, out) {
       );
     }
   }
-  for (const name of ['memory', 'sqs']) {
+  for (const name of ['memory', 'sqs', 'pubsub', 'servicebus']) {
     const r = results[name];
     if (!r || failed(`3 ${name}`, r, out)) continue;
     for (const variant of ['oncely', 'oncely batch']) {
@@ -675,7 +679,7 @@ function details(results, out) {
     }
     out.push('');
   }
-  const brokers = ['memory', 'sqs'].filter((n) => results[n]?.summary);
+  const brokers = ['memory', 'sqs', 'pubsub', 'servicebus'].filter((n) => results[n]?.summary);
   if (brokers.length || results.rabbitmq?.perSecond || results.kafka?.results) {
     out.push('## 3. Per broker', '');
     for (const name of brokers) {
