@@ -8,9 +8,15 @@ export RABBITMQ_URL="${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672}"
 npm run build --silent
 npx biome check .
 npx vitest run "$@"
-# The serial group, after every project and alone (a full run only): a chaos run with a
-# real PostgreSQL restart, on a cluster it creates for itself (the shared one is never
-# restarted); it checks the server is back before it ends.
+# The serial group, after every project and one at a time (a full run only):
 if [ "$#" -eq 0 ]; then
+  # A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
+  # shared one is never restarted); it checks the server is back before it ends.
   bash test/chaos/pgRestart.sh
+  # RabbitMQ's server-wide consumer_timeout, lowered and restored by the test itself.
+  npx vitest run --config packages/rabbitmq/vitest.slow.config.ts
+  # The SQS suite's broker-facing files again, on ElasticMQ (a second SQS implementation,
+  # from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not.
+  bash packages/sqs/scripts/elasticmq-conformance.sh test/conformance.test.ts test/fifoOrdering.test.ts \
+    test/fifoFollowers.test.ts test/elasticmq.test.ts
 fi

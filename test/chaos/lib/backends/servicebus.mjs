@@ -29,6 +29,47 @@ export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
     // Far above the consumer's maxAttempts: the consumer, which knows why, dead-letters first.
     MaxDeliveryCount: 1000,
   });
+  /**
+   * Sends `messages` from index `from` in batches and returns how far it got. A client
+   * of its own per call, closed at once: a client still connected when the broker
+   * restarts re-attaches its links in the background, and one closed while that runs can
+   * leave the SDK's timers keeping the runner alive.
+   * @param {Array<{ id?: string, body: unknown, rawBody?: string }>} messages
+   * @param {number} from
+   */
+  async function publishFrom(messages, from) {
+    const client = new ServiceBusClient(emulator.connectionString);
+    let confirmed = from;
+    try {
+      const sender = client.createSender(queue);
+      let batch = await sender.createMessageBatch();
+      let batchEnd = from;
+      for (let i = from; i < messages.length; i++) {
+        const message = messages[i];
+        const outgoing = {
+          body: Buffer.from(message.rawBody ?? JSON.stringify(message.body)),
+          messageId: message.id ?? '',
+          applicationProperties: message.id === undefined ? {} : { [ID_PROPERTY]: message.id },
+        };
+        if (!batch.tryAddMessage(outgoing)) {
+          await sender.sendMessages(batch);
+          confirmed = batchEnd;
+          batch = await sender.createMessageBatch();
+          batch.tryAddMessage(outgoing);
+        }
+        batchEnd = i + 1;
+      }
+      if (batch.count > 0) await sender.sendMessages(batch);
+      confirmed = batchEnd;
+      return confirmed;
+    } catch (error) {
+      if (confirmed > from) return confirmed;
+      throw error;
+    } finally {
+      await client.close().catch(() => {});
+    }
+  }
+
   return {
     name: 'servicebus',
     crossProcess: true,
@@ -54,26 +95,18 @@ export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
       };
     },
     async publish(messages) {
-      // A client of its own per publish, closed at once: a client still connected when
-      // the broker restarts re-attaches its links in the background, and one closed while
-      // that runs can leave the SDK's timers keeping the runner alive.
-      const client = new ServiceBusClient(emulator.connectionString);
-      const sender = client.createSender(queue);
-      let batch = await sender.createMessageBatch();
-      for (const message of messages) {
-        const outgoing = {
-          body: Buffer.from(message.rawBody ?? JSON.stringify(message.body)),
-          messageId: message.id ?? '',
-          applicationProperties: message.id === undefined ? {} : { [ID_PROPERTY]: message.id },
-        };
-        if (!batch.tryAddMessage(outgoing)) {
-          await sender.sendMessages(batch);
-          batch = await sender.createMessageBatch();
-          batch.tryAddMessage(outgoing);
+      // A producer that retries, as a real one must: a connection drop or a restart may
+      // hit a send. A batch whose send failed has an unknown outcome and is sent again
+      // (the duplicates that makes are the consumer's to absorb); confirmed batches are not.
+      let sent = 0;
+      for (let attempt = 1; sent < messages.length; attempt++) {
+        try {
+          sent = await publishFrom(messages, sent);
+        } catch (error) {
+          if (attempt >= 20) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 250 * Math.min(attempt, 8)));
         }
       }
-      if (batch.count > 0) await sender.sendMessages(batch);
-      await client.close();
     },
     async backlog() {
       return emulator.inspect(queue).total;
