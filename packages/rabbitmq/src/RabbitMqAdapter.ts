@@ -248,10 +248,17 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     // would take messages this consumer cannot start (and that an idle competitor could),
     // so the consumer comes back once a slot is free.
     if (this.runtime && (await this.runtime.whenReady()) === 0) return;
-    if (!current.alive || this.current !== current || this.paused || this.stopped) return;
-    await this.consumeOn(current);
+    // Consume inside the same serialization as pause/resume/stop: a resume() during the
+    // wait above may already have consumed on this channel, and a second basic.consume
+    // would leave two consumers, of which stop() cancels only the one it knows.
+    await this.serialize(async () => {
+      if (!current.alive || this.current !== current || this.paused || this.stopped) return;
+      if (current.consumerTag !== undefined) return;
+      await this.consumeOn(current);
+    });
   }
 
+  /** Only ever called inside {@link serialize}, so at most one consumer exists per channel. */
   private async consumeOn(current: DeliveryChannel): Promise<void> {
     const { consumerTag } = await current.channel.consume(
       this.options.queue,
