@@ -393,7 +393,7 @@ export class KafkaAdapter implements BrokerAdapter {
           doneNext = offset + 1n;
           continue;
         }
-        if (!(await this.waitForSlot(heartbeat)) || mustLeave()) break;
+        if (!(await this.waitForSlot(heartbeat, mustLeave)) || mustLeave()) break;
         const settlement = await this.deliver(batch, message, payload, generation);
         if (settlement.kind !== 'done') {
           this.holdPartition(settlement, payload);
@@ -433,10 +433,14 @@ export class KafkaAdapter implements BrokerAdapter {
   }
 
   /**
-   * Waits until the core takes work (it holds new work back while the store is down),
-   * heartbeating meanwhile so the group keeps this member. False once stopping.
+   * Waits until the core takes work (it holds new work back while the store is down, and
+   * while every slot is busy), heartbeating meanwhile so the group keeps this member.
+   * False once the batch must end: stopping, or a heartbeat saw a rebalance or the loss
+   * of the membership. kafkajs rejoins only after every eachBatch returned, so a batch
+   * that kept waiting here would hold the whole group's rebalance until this member is
+   * evicted (rebalanceTimeout).
    */
-  private async waitForSlot(heartbeat: () => Promise<void>): Promise<boolean> {
+  private async waitForSlot(heartbeat: () => Promise<void>, mustLeave: () => boolean): Promise<boolean> {
     const ready = this.runtime!.whenReady();
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
@@ -446,8 +450,9 @@ export class KafkaAdapter implements BrokerAdapter {
       const result = await Promise.race([ready, tick]);
       clearTimeout(timer);
       if (result !== 'tick') return result > 0;
-      if (this.stopRequested) return false;
+      if (mustLeave()) return false;
       await heartbeat();
+      if (mustLeave()) return false;
     }
   }
 
