@@ -63,8 +63,6 @@ interface Generation {
 
 /** A record the core left unsettled comes back after this pause (no hot loop on a failing DLQ). */
 const UNSETTLED_REDELIVERY_MS = 1000;
-/** Longest `close()` waits for running batches to commit and return. */
-const CLOSE_WAIT_MS = 30_000;
 /** Rebuild delays after a crash kafkajs does not restart from itself. */
 const REBUILD_MIN_MS = 1000;
 const REBUILD_MAX_MS = 30_000;
@@ -115,6 +113,15 @@ export class KafkaAdapter implements BrokerAdapter {
   /** Highest offset dispatched per partition by this member, across generations. */
   private readonly highestDispatched = new Map<number, bigint>();
   private rebuildDelayMs = REBUILD_MIN_MS;
+  /** Records this adapter has dispatched (or reserved a slot for) that are not settled yet. */
+  private inFlight = 0;
+  /** Wakes batches waiting for a slot when a dispatched record settles. */
+  private slotWaiters: Array<() => void> = [];
+  /** Resolves when close() gives up waiting for handlers: running batches return without them. */
+  private abandon!: () => void;
+  private readonly abandoned = new Promise<void>((resolve) => {
+    this.abandon = resolve;
+  });
 
   constructor(broker: BrokerConfig, options: { consumerName: string; log: Logger }) {
     this.config = resolveKafkaConfig(broker, options.consumerName);
@@ -152,25 +159,64 @@ export class KafkaAdapter implements BrokerAdapter {
     await this.startConsumer();
   }
 
-  /** Stops dispatching: running batches end after their current record and commit what is done. */
+  /**
+   * Stops dispatching: running batches end after their current record and commit what is
+   * done. Every partition is paused, so kafkajs does not fetch the records the ending
+   * batches left unresolved again and again while the last handlers drain.
+   */
   async stop(): Promise<void> {
     this.stopRequested = true;
+    // A retry's scheduled resume must not unpause a partition after this.
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
+    this.wakeSlotWaiters();
+    this.pauseAll();
   }
 
-  /** Waits for running batches to commit, then leaves the group and disconnects. */
+  /**
+   * Waits up to `closeTimeoutMs` for running batches to commit, then leaves the group and
+   * disconnects. A handler still running then (one that ignores `ctx.signal`) is
+   * abandoned: its batch returns without it, so kafkajs' disconnect, which waits for
+   * every running batch, cannot hang. Its record is not committed and goes to the next
+   * owner, where the processed marker (or the stored offset) absorbs a late commit.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.stopRequested = true;
-    await waitAtMost(Promise.allSettled([...this.activeBatches]), CLOSE_WAIT_MS);
+    if (!this.stopRequested) await this.stop();
+    const { closeTimeoutMs } = this.config;
+    await waitAtMost(Promise.allSettled([...this.activeBatches]), closeTimeoutMs);
+    if (this.activeBatches.size > 0) {
+      this.log.warn('kafka: handlers still running at close; their records are left to the next owner', {
+        consumer: this.consumerName,
+        inFlight: this.inFlight,
+      });
+      this.abandon();
+      await waitAtMost(Promise.allSettled([...this.activeBatches]), closeTimeoutMs);
+    }
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     const errors: unknown[] = [];
     // disconnect() leaves the group (LeaveGroup), so the partitions move at once.
     for (const client of [this.consumer, this.producer, this.admin]) {
-      await client?.disconnect().catch((error: unknown) => errors.push(error));
+      if (!client) continue;
+      await waitAtMost(
+        client.disconnect().catch((error: unknown) => errors.push(error)),
+        closeTimeoutMs,
+      );
     }
     if (errors.length > 0) this.log.warn('kafka: errors while disconnecting', { error: errors[0] });
+  }
+
+  private pauseAll(): void {
+    const consumer = this.consumer;
+    if (!consumer) return;
+    try {
+      consumer.pause([{ topic: this.config.topic }]);
+    } catch (error) {
+      // kafkajs throws when the consumer is not running (crashed, being rebuilt): nothing fetches then.
+      this.log.debug('kafka: pausing on stop failed', { error });
+    }
   }
 
   // ------------------------------------------------------------------------------------
@@ -244,6 +290,7 @@ export class KafkaAdapter implements BrokerAdapter {
       partitionsConsumedConcurrently: config.partitionsConsumedConcurrently ?? this.runtime!.concurrency,
       eachBatch: (payload) => this.trackBatch(payload),
     });
+    if (this.stopRequested) this.pauseAll();
   }
 
   private newGeneration(partitions: ReadonlySet<number>): Generation {
@@ -393,8 +440,14 @@ export class KafkaAdapter implements BrokerAdapter {
           doneNext = offset + 1n;
           continue;
         }
-        if (!(await this.waitForSlot(heartbeat, mustLeave)) || mustLeave()) break;
-        const settlement = await this.deliver(batch, message, payload, generation);
+        if (!(await this.waitForSlot(heartbeat, mustLeave))) break;
+        let settlement: Settlement;
+        try {
+          if (mustLeave()) break;
+          settlement = await this.deliver(batch, message, payload, generation);
+        } finally {
+          this.freeSlot();
+        }
         if (settlement.kind !== 'done') {
           this.holdPartition(settlement, payload);
           break;
@@ -441,7 +494,8 @@ export class KafkaAdapter implements BrokerAdapter {
    * evicted (rebalanceTimeout).
    */
   private async waitForSlot(heartbeat: () => Promise<void>, mustLeave: () => boolean): Promise<boolean> {
-    const ready = this.runtime!.whenReady();
+    const runtime = this.runtime!;
+    let ready: Promise<number | 'freed'> = this.nextSlot(runtime);
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
       const tick = new Promise<'tick'>((resolve) => {
@@ -449,11 +503,40 @@ export class KafkaAdapter implements BrokerAdapter {
       });
       const result = await Promise.race([ready, tick]);
       clearTimeout(timer);
-      if (result !== 'tick') return result > 0;
+      if (result === 'freed') {
+        ready = this.nextSlot(runtime);
+        continue;
+      }
+      if (result !== 'tick') {
+        if (result <= 0) return false;
+        // The core's whenReady() reserves nothing, and every partition's batch asks it:
+        // reserve here, synchronously, so concurrent batches never exceed concurrency.
+        if (this.inFlight < runtime.concurrency) {
+          this.inFlight++;
+          return true;
+        }
+        ready = this.nextSlot(runtime);
+        continue;
+      }
       if (mustLeave()) return false;
       await heartbeat();
       if (mustLeave()) return false;
     }
+  }
+
+  /** The core's answer, or 'freed' when one of our records settled while every slot was ours. */
+  private nextSlot(runtime: AdapterRuntime): Promise<number | 'freed'> {
+    if (this.inFlight < runtime.concurrency) return runtime.whenReady();
+    return new Promise((resolve) => this.slotWaiters.push(() => resolve('freed')));
+  }
+
+  private freeSlot(): void {
+    this.inFlight--;
+    this.wakeSlotWaiters();
+  }
+
+  private wakeSlotWaiters(): void {
+    for (const wake of this.slotWaiters.splice(0)) wake();
   }
 
   private async deliver(
@@ -483,7 +566,8 @@ export class KafkaAdapter implements BrokerAdapter {
       release: async () => settle({ kind: 'release' }),
       extendLease: async () => this.extendLease(payload, generation),
     };
-    await this.runtime!.dispatch(delivery);
+    // close() abandons a handler that outlives its wait: the record stays uncommitted.
+    await Promise.race([this.runtime!.dispatch(delivery), this.abandoned]);
     open = false;
     return settlement ?? { kind: 'unsettled' };
   }

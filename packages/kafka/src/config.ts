@@ -71,6 +71,12 @@ export type KafkaBrokerOptions = {
    * always committed when a batch ends and on stop). @default 5000
    */
   commitIntervalMs?: number;
+  /**
+   * How long `close()` waits for running handlers (after the core's own stop deadline)
+   * before it abandons them and leaves the group; an abandoned record is not committed
+   * and goes to the next owner. Also bounds each client's disconnect. @default 30000
+   */
+  closeTimeoutMs?: number;
   /** kafkajs connection timeout, ms. @default 3000 */
   connectionTimeout?: number;
   /** kafkajs request timeout, ms. @default 30000 */
@@ -105,6 +111,7 @@ export interface ResolvedKafkaConfig {
   maxWaitTimeInMs: number;
   maxBytesPerPartition: number | undefined;
   commitIntervalMs: number;
+  closeTimeoutMs: number;
   connectionTimeout: number;
   requestTimeout: number;
   ssl: boolean | Record<string, unknown> | undefined;
@@ -127,6 +134,7 @@ const KNOWN = new Set([
   'maxWaitTimeInMs',
   'maxBytesPerPartition',
   'commitIntervalMs',
+  'closeTimeoutMs',
   'connectionTimeout',
   'requestTimeout',
   'ssl',
@@ -198,6 +206,7 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
   integer(b.maxWaitTimeInMs, 10, 60_000, 'broker.maxWaitTimeInMs');
   integer(b.maxBytesPerPartition, 1024, 1_073_741_824, 'broker.maxBytesPerPartition');
   integer(b.commitIntervalMs, 0, 3_600_000, 'broker.commitIntervalMs');
+  integer(b.closeTimeoutMs, 0, 3_600_000, 'broker.closeTimeoutMs');
   integer(b.connectionTimeout, 100, 600_000, 'broker.connectionTimeout');
   integer(b.requestTimeout, 100, 600_000, 'broker.requestTimeout');
   optionalBoolean(b.fromBeginning, 'broker.fromBeginning');
@@ -232,6 +241,7 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
     maxWaitTimeInMs: b.maxWaitTimeInMs ?? 1000,
     maxBytesPerPartition: b.maxBytesPerPartition,
     commitIntervalMs: b.commitIntervalMs ?? 5000,
+    closeTimeoutMs: b.closeTimeoutMs ?? 30_000,
     connectionTimeout: b.connectionTimeout ?? 3000,
     requestTimeout: b.requestTimeout ?? 30_000,
     ssl: b.ssl,

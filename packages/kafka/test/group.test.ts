@@ -6,7 +6,7 @@
 import { silentLogger } from '@oncely/core';
 import { KafkaAdapter, type KafkaBrokerOptions } from '@oncely/kafka';
 import type { Admin, Kafka, Producer } from 'kafkajs';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createTopic, kafkaClient, publish, testBrokers, uniqueName } from './support/kafka.js';
 import { type ControlledRuntime, controlledRuntime } from './support/runtime.js';
 import { until } from './support/store.js';
@@ -19,17 +19,19 @@ describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () =>
   let producer: Producer;
   const cleanups: Array<() => Promise<unknown>> = [];
 
-  beforeAll(async () => {
+  beforeAll(() => {
     kafka = kafkaClient(brokers!, 'oncely-group-test');
+  });
+  // Clients per test: kafkajs keeps refreshing the metadata of every topic a client ever
+  // used, and fails once a previous test's topic is deleted.
+  beforeEach(async () => {
     admin = kafka.admin();
     producer = kafka.producer({ allowAutoTopicCreation: false });
     await Promise.all([admin.connect(), producer.connect()]);
   });
   afterEach(async () => {
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
-  });
-  afterAll(async () => {
-    await Promise.allSettled([admin?.disconnect(), producer?.disconnect()]);
+    await Promise.allSettled([admin.disconnect(), producer.disconnect()]);
   });
 
   function member(
@@ -116,5 +118,100 @@ describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () =>
     await until('deliveries after the outage', () =>
       runtimes.some((runtime) => runtime.deliveries.length > 0),
     );
+  });
+
+  // Issue 11, Kafka 2: kafkajs' disconnect() waits for the running eachBatch, which
+  // waits for the handler; a handler that ignores ctx.signal made close() hang forever
+  // (the core calls close() after its stop deadline even with such a handler).
+  it('close() returns while a handler that ignores its signal still runs, and leaves the group', async () => {
+    const topic = uniqueName('close-hang');
+    const groupId = uniqueName('close-hang-group');
+    await createTopic(admin, topic, 1);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const runtime = controlledRuntime(1);
+    runtime.settle = () => new Promise<void>(() => {});
+    const adapter = member('hang', { topic, groupId, closeTimeoutMs: 1000 }, runtime);
+    await adapter.start(runtime);
+    await publish(producer, topic, [{ id: 'stuck', body: {} }]);
+    await until('the record in the handler', () => runtime.deliveries.length === 1);
+
+    await adapter.stop();
+    const startedAt = Date.now();
+    const outcome = await Promise.race([
+      adapter.close().then(() => 'closed'),
+      new Promise((resolve) => setTimeout(() => resolve('still waiting'), 45_000)),
+    ]);
+    expect(outcome).toBe('closed');
+    expect(Date.now() - startedAt).toBeLessThan(10_000);
+    // It left the group (no eviction wait for the next member), and committed nothing.
+    const { groups } = await admin.describeGroups([groupId]);
+    expect(groups[0]?.members.length ?? 0).toBe(0);
+    const offsets = await admin.fetchOffsets({ groupId, topics: [topic] });
+    expect(offsets[0]?.partitions[0]?.offset).toBe('-1');
+  });
+
+  // Issue 11, Kafka 3: stop() only set a flag. A batch that must end returned at once,
+  // and kafkajs fetched the same unresolved records again, in a tight loop, until
+  // close() ran. kafkajs' fetcher for one broker node waits for all of that node's
+  // batches, so on this single-node broker the loop shows when no handler holds a batch
+  // (here: stop() during a store outage); on a cluster it also runs on the other nodes'
+  // partitions while a handler drains.
+  it('after stop(), the partitions are paused: no refetch loop before close()', async () => {
+    const topic = uniqueName('stop-pause');
+    const groupId = uniqueName('stop-pause-group');
+    await createTopic(admin, topic, 2);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const runtime = controlledRuntime(1);
+    runtime.outage = true;
+    const adapter = member('drain', { topic, groupId, partitionsConsumedConcurrently: 2 }, runtime);
+    let batches = 0;
+    await adapter.start(runtime);
+    // The adapter's kafkajs consumer, for its instrumentation events only.
+    const internal = (adapter as unknown as { consumer: import('kafkajs').Consumer }).consumer;
+    internal.on(internal.events.START_BATCH_PROCESS, () => {
+      batches++;
+    });
+    await publish(producer, topic, [
+      { id: 'p0', body: {}, partition: 0 },
+      { id: 'p1', body: {}, partition: 1 },
+    ]);
+    await until('the batches waiting for a slot', () => runtime.readyCalls >= 2);
+    await adapter.stop();
+    // Let the waiting batches see the stop (they check it on their heartbeat tick).
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const before = batches;
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    expect(batches - before, 'batches started in 2 s after stop()').toBeLessThanOrEqual(2);
+    expect(runtime.deliveries.length, 'nothing dispatched after stop()').toBe(0);
+  });
+
+  // Issue 11, Kafka 6 (in-flight work above concurrency): the core's whenReady() does
+  // not reserve a slot, and every partition's batch asked it at once: with
+  // partitionsConsumedConcurrently above concurrency, all of them got "1 free" and
+  // dispatched together.
+  it('never has more records in handlers than the consumer concurrency', async () => {
+    const topic = uniqueName('in-flight');
+    const groupId = uniqueName('in-flight-group');
+    await createTopic(admin, topic, 4);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const runtime = controlledRuntime(2);
+    let running = 0;
+    let most = 0;
+    runtime.settle = async (delivery) => {
+      running++;
+      most = Math.max(most, running);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      running--;
+      await delivery.ack();
+    };
+    const adapter = member('bounded', { topic, groupId, partitionsConsumedConcurrently: 4 }, runtime);
+    await adapter.start(runtime);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 12 }, (_, n) => ({ id: `b${n}`, body: {}, partition: n % 4 })),
+    );
+    await until('every record handled', () => runtime.deliveries.length === 12 && running === 0, 60_000);
+    expect(most, 'records in handlers at once (concurrency 2)').toBeLessThanOrEqual(2);
   });
 });

@@ -1,7 +1,8 @@
 /**
  * A stand-in for the core's side of the adapter contract, for adapter-level tests: the
  * test decides when slots are free (`outage`: `whenReady()` waits, as the core's does
- * while the store is down) and how each dispatched delivery is settled.
+ * while the store is down; it also waits while `concurrency` deliveries are in flight)
+ * and how each dispatched delivery is settled.
  */
 import type { AdapterRuntime, Delivery } from '@oncely/core';
 import { silentLogger } from '@oncely/core';
@@ -20,6 +21,7 @@ export interface ControlledRuntime extends AdapterRuntime {
 
 export function controlledRuntime(concurrency: number): ControlledRuntime {
   const stopping = new AbortController();
+  let inFlight = 0;
   const runtime: ControlledRuntime = {
     consumerName: 'adapter-test',
     concurrency,
@@ -37,15 +39,20 @@ export function controlledRuntime(concurrency: number): ControlledRuntime {
       runtime.readyCalls++;
       for (;;) {
         if (stopping.signal.aborted) return 0;
-        if (!runtime.outage) return concurrency;
+        if (!runtime.outage && inFlight < concurrency) return concurrency - inFlight;
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
     },
     async dispatch(delivery) {
       runtime.deliveries.push(delivery);
-      await runtime.settle(delivery).catch((error: unknown) => {
+      inFlight++;
+      try {
+        await runtime.settle(delivery);
+      } catch (error) {
         runtime.errors.push({ error, context: 'settle' });
-      });
+      } finally {
+        inFlight--;
+      }
     },
     reportError(error, context) {
       runtime.errors.push({ error, context });
