@@ -29,6 +29,9 @@ import { kafkaLogCreator } from './kafkaLogger.js';
 
 const { Kafka, logLevel } = kafkajs;
 
+/** The header producers put the stable message ID in (see `send`). */
+const MESSAGE_ID_HEADER = 'message-id';
+
 /** How one dispatched record ended, from the adapter's side. */
 type Settlement =
   /** Acked or dead-lettered: its offset may be committed. */
@@ -92,7 +95,16 @@ const REBUILD_MAX_MS = 30_000;
 export class KafkaAdapter implements BrokerAdapter {
   readonly type = 'kafka';
   readonly lease: AdapterLease;
-  readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
+  /**
+   * The `message-id` header. In `offsets` mode the record's offset is its identity (the
+   * stored offset, not the ID, decides whether it was applied), so a record without the
+   * header gets `topic/partition/offset` instead of being dead-lettered as `missing-id`.
+   */
+  readonly defaultIdStrategy: IdStrategy = (envelope) => {
+    const header = envelope.attributes[MESSAGE_ID_HEADER];
+    if (header !== undefined && header.trim() !== '') return header;
+    return this.runtime?.mode === 'offsets' ? envelope.brokerMessageId : undefined;
+  };
   /** The checked config with defaults applied. */
   readonly config: ResolvedKafkaConfig;
 

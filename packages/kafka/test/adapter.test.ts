@@ -113,6 +113,46 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     expect(Object.fromEntries(stored)).toEqual(Object.fromEntries(ends.map((e) => [e.partition, e.high])));
   });
 
+  // Issue 11, Kafka 5: in offsets mode the record's offset is its identity, yet records
+  // without a message-id header were dead-lettered as missing-id.
+  it('offsets mode: records without a message-id header are applied, not dead-lettered', async () => {
+    const topic = uniqueName('offsets-noid');
+    const name = uniqueName('offsets-noid-consumer');
+    await createTopic(admin, topic, 2);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 10 }, (_, n) => ({ body: { n }, partition: n % 2 })),
+    );
+    const ids: string[] = [];
+    const reader = new DeadLetterReader(kafka, admin, `${topic}.dlq`);
+    const c = consumer(
+      name,
+      { topic },
+      {
+        mode: 'offsets',
+        handler: async (message, ctx) => {
+          ids.push(message.id);
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    await c.start();
+    await reader.start();
+    try {
+      await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+      expect(await reader.list(), 'dead letters').toEqual([]);
+      expect(ids.sort()).toEqual(
+        Array.from({ length: 10 }, (_, n) => `${topic}/${n % 2}/${Math.floor(n / 2)}`).sort(),
+      );
+      const ends = await admin.fetchTopicOffsets(topic);
+      const stored = await db.store.offsets.read(name, topic);
+      expect(Object.fromEntries(stored)).toEqual(Object.fromEntries(ends.map((e) => [e.partition, e.high])));
+    } finally {
+      await reader.stop();
+    }
+  });
+
   it('offsets mode: records below the stored next offset are skipped, never handed to the handler', async () => {
     const topic = uniqueName('offsets-skip');
     const name = uniqueName('offsets-skip-consumer');

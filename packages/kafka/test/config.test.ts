@@ -86,7 +86,10 @@ describe('resolveKafkaConfig', () => {
     );
     const adapter = createAdapter({ ...base, sessionTimeout: 9000 }, { consumerName: 'c', log: console });
     expect(adapter.type).toBe('kafka');
-    expect(adapter.defaultIdStrategy).toEqual({ attribute: 'message-id' });
+    // The message-id header (a function: in offsets mode a record without it is identified by its offset).
+    const strategy = adapter.defaultIdStrategy as (envelope: unknown) => string | undefined;
+    expect(strategy({ attributes: { 'message-id': 'm-1' }, brokerMessageId: 't/0/1' })).toBe('m-1');
+    expect(strategy({ attributes: {}, brokerMessageId: 't/0/1' })).toBeUndefined();
     // The lease keeper renews at half of extendByMs: a heartbeat every third of the session.
     expect(adapter.lease).toEqual({ extendByMs: 6000 });
   });
