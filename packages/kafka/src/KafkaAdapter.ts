@@ -29,6 +29,14 @@ import { kafkaLogCreator } from './kafkaLogger.js';
 
 const { Kafka, logLevel } = kafkajs;
 
+const KAFKAJS_LOG_LEVELS = {
+  nothing: logLevel.NOTHING,
+  error: logLevel.ERROR,
+  warn: logLevel.WARN,
+  info: logLevel.INFO,
+  debug: logLevel.DEBUG,
+} as const;
+
 /** The header producers put the stable message ID in (see `send`). */
 const MESSAGE_ID_HEADER = 'message-id';
 
@@ -147,16 +155,19 @@ export class KafkaAdapter implements BrokerAdapter {
   async start(runtime: AdapterRuntime): Promise<void> {
     this.runtime = runtime;
     const { config } = this;
-    this.kafka = new Kafka({
-      clientId: config.clientId,
-      brokers: config.brokers,
-      connectionTimeout: config.connectionTimeout,
-      requestTimeout: config.requestTimeout,
-      ssl: config.ssl as never,
-      sasl: config.sasl as never,
-      logLevel: logLevel.WARN,
-      logCreator: kafkaLogCreator(runtime.log),
-    });
+    this.kafka =
+      (config.kafka as KafkaClient | undefined) ??
+      new Kafka({
+        clientId: config.clientId,
+        brokers: config.brokers,
+        connectionTimeout: config.connectionTimeout,
+        requestTimeout: config.requestTimeout,
+        ssl: config.ssl as never,
+        sasl: config.sasl as never,
+        ...(config.retry ? { retry: config.retry } : {}),
+        logLevel: KAFKAJS_LOG_LEVELS[config.logLevel],
+        logCreator: kafkaLogCreator(runtime.log),
+      });
     this.admin = this.kafka.admin();
     await this.admin.connect();
     const partitions = await this.topicPartitionCount(config.topic);
@@ -284,6 +295,11 @@ export class KafkaAdapter implements BrokerAdapter {
       rebalanceTimeout: config.rebalanceTimeout,
       maxWaitTimeInMs: config.maxWaitTimeInMs,
       ...(config.maxBytesPerPartition ? { maxBytesPerPartition: config.maxBytesPerPartition } : {}),
+      ...(config.minBytes !== undefined ? { minBytes: config.minBytes } : {}),
+      ...(config.maxBytes !== undefined ? { maxBytes: config.maxBytes } : {}),
+      ...(config.rackId !== undefined ? { rackId: config.rackId } : {}),
+      // kafkajs' consumer() defaults its own retries to 5 over the client's settings.
+      ...(config.retry ? { retry: config.retry } : {}),
       allowAutoTopicCreation: false,
     });
     consumer.on(consumer.events.GROUP_JOIN, (event) => this.onGroupJoin(consumer, event));

@@ -85,7 +85,44 @@ export type KafkaBrokerOptions = {
   ssl?: boolean | Record<string, unknown>;
   /** SASL options passed to kafkajs (`{ mechanism, username, password }`, ...). */
   sasl?: Record<string, unknown>;
+  /**
+   * kafkajs retry settings of the client (`{ retries, initialRetryTime, maxRetryTime,
+   * factor, multiplier }`). After `retries` the consumer crashes and kafkajs restarts it.
+   * @default kafkajs' (`retries: 5`, `initialRetryTime: 300`, `maxRetryTime: 30000`)
+   */
+  retry?: KafkaRetryOptions;
+  /** The consumer's rack (KIP-392): fetch from the nearest replica when the broker's `replica.selector.class` allows it. */
+  rackId?: string;
+  /** Least bytes the broker gathers before it answers a fetch (up to `maxWaitTimeInMs`). @default 1 */
+  minBytes?: number;
+  /** Most bytes of one fetch response (all partitions; the broker's `fetch.max.bytes` caps it). @default 10485760 */
+  maxBytes?: number;
+  /** kafkajs' own log level, logged through the consumer's logger. @default 'warn' */
+  logLevel?: 'nothing' | 'error' | 'warn' | 'info' | 'debug';
+  /**
+   * Your own KafkaJS client (a `new Kafka(...)`, or a KafkaJS-compatible one) instead of
+   * one built from `brokers`, `clientId`, `ssl`, `sasl`, `retry`, the timeouts and
+   * `logLevel` (which are then ignored). `brokers` becomes optional. Not expressible in
+   * JSON config: pass it in code.
+   */
+  kafka?: KafkaClientLike;
 };
+
+/** kafkajs' `RetryOptions`. */
+export interface KafkaRetryOptions {
+  maxRetryTime?: number;
+  initialRetryTime?: number;
+  factor?: number;
+  multiplier?: number;
+  retries?: number;
+}
+
+/** What the adapter uses of a KafkaJS client: its three factories. */
+export interface KafkaClientLike {
+  consumer(config: never): unknown;
+  producer(config?: never): unknown;
+  admin(config?: never): unknown;
+}
 
 /**
  * The `broker` section with every default applied (what the adapter runs with).
@@ -116,6 +153,12 @@ export interface ResolvedKafkaConfig {
   requestTimeout: number;
   ssl: boolean | Record<string, unknown> | undefined;
   sasl: Record<string, unknown> | undefined;
+  retry: KafkaRetryOptions | undefined;
+  rackId: string | undefined;
+  minBytes: number | undefined;
+  maxBytes: number | undefined;
+  logLevel: 'nothing' | 'error' | 'warn' | 'info' | 'debug';
+  kafka: KafkaClientLike | undefined;
 }
 
 const KNOWN = new Set([
@@ -139,7 +182,16 @@ const KNOWN = new Set([
   'requestTimeout',
   'ssl',
   'sasl',
+  'retry',
+  'rackId',
+  'minBytes',
+  'maxBytes',
+  'logLevel',
+  'kafka',
 ]);
+
+const LOG_LEVELS = ['nothing', 'error', 'warn', 'info', 'debug'] as const;
+const RETRY_FIELDS = ['maxRetryTime', 'initialRetryTime', 'factor', 'multiplier', 'retries'] as const;
 
 // Kafka topic names: 1-249 characters of [a-zA-Z0-9._-].
 const TOPIC_NAME = /^[a-zA-Z0-9._-]{1,249}$/;
@@ -164,8 +216,26 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
     }
   }
   const b = broker as Partial<KafkaBrokerOptions>;
-  const brokers = typeof b.brokers === 'string' ? b.brokers.split(',').map((s) => s.trim()) : b.brokers;
-  if (!Array.isArray(brokers) || brokers.length === 0) {
+  if (
+    b.kafka !== undefined &&
+    (typeof b.kafka !== 'object' ||
+      b.kafka === null ||
+      typeof b.kafka.consumer !== 'function' ||
+      typeof b.kafka.producer !== 'function' ||
+      typeof b.kafka.admin !== 'function')
+  ) {
+    throw new ConfigError(
+      'broker.kafka',
+      'must be a KafkaJS client (with consumer(), producer() and admin())',
+    );
+  }
+  const brokers =
+    typeof b.brokers === 'string'
+      ? b.brokers.split(',').map((s) => s.trim())
+      : b.brokers === undefined && b.kafka !== undefined
+        ? []
+        : b.brokers;
+  if (!Array.isArray(brokers) || (brokers.length === 0 && b.kafka === undefined)) {
     throw new ConfigError(
       'broker.brokers',
       `must be a non-empty list of 'host:port', got ${show(b.brokers)}`,
@@ -209,6 +279,34 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
   integer(b.closeTimeoutMs, 0, 3_600_000, 'broker.closeTimeoutMs');
   integer(b.connectionTimeout, 100, 600_000, 'broker.connectionTimeout');
   integer(b.requestTimeout, 100, 600_000, 'broker.requestTimeout');
+  integer(b.minBytes, 1, 1_073_741_824, 'broker.minBytes');
+  integer(b.maxBytes, 1024, 2_147_483_647, 'broker.maxBytes');
+  optionalString(b.rackId, 'broker.rackId');
+  if (b.logLevel !== undefined && !(LOG_LEVELS as readonly unknown[]).includes(b.logLevel)) {
+    throw new ConfigError(
+      'broker.logLevel',
+      `must be one of ${LOG_LEVELS.join(', ')}, got ${show(b.logLevel)}`,
+    );
+  }
+  if (b.retry !== undefined) {
+    if (typeof b.retry !== 'object' || b.retry === null) {
+      throw new ConfigError(
+        'broker.retry',
+        'must be kafkajs retry options ({ retries, initialRetryTime, ... })',
+      );
+    }
+    for (const [field, value] of Object.entries(b.retry)) {
+      if (!(RETRY_FIELDS as readonly string[]).includes(field)) {
+        throw new ConfigError(
+          `broker.retry.${field}`,
+          `is not a kafkajs retry option (known: ${RETRY_FIELDS.join(', ')})`,
+        );
+      }
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+        throw new ConfigError(`broker.retry.${field}`, `must be a number >= 0, got ${show(value)}`);
+      }
+    }
+  }
   optionalBoolean(b.fromBeginning, 'broker.fromBeginning');
   optionalBoolean(b.createDeadLetterTopic, 'broker.createDeadLetterTopic');
   if (b.ssl !== undefined && typeof b.ssl !== 'boolean' && (typeof b.ssl !== 'object' || b.ssl === null)) {
@@ -246,6 +344,12 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
     requestTimeout: b.requestTimeout ?? 30_000,
     ssl: b.ssl,
     sasl: b.sasl,
+    retry: b.retry,
+    rackId: b.rackId,
+    minBytes: b.minBytes,
+    maxBytes: b.maxBytes,
+    logLevel: b.logLevel ?? 'warn',
+    kafka: b.kafka,
   };
 }
 

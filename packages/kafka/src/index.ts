@@ -1,4 +1,10 @@
-export type { KafkaBrokerConfig, KafkaBrokerOptions, ResolvedKafkaConfig } from './config.js';
+export type {
+  KafkaBrokerConfig,
+  KafkaBrokerOptions,
+  KafkaClientLike,
+  KafkaRetryOptions,
+  ResolvedKafkaConfig,
+} from './config.js';
 export { resolveKafkaConfig } from './config.js';
 export { createAdapter } from './createAdapter.js';
 export type { KafkaConsumerOptions } from './createKafkaConsumer.js';

@@ -204,7 +204,8 @@ describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () =>
       running--;
       await delivery.ack();
     };
-    const adapter = member('bounded', { topic, groupId, partitionsConsumedConcurrently: 4 }, runtime);
+    // Also: an injected KafkaJS client is used instead of one built from `brokers`.
+    const adapter = member('bounded', { topic, groupId, partitionsConsumedConcurrently: 4, kafka }, runtime);
     await adapter.start(runtime);
     await publish(
       producer,
