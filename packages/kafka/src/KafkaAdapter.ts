@@ -133,6 +133,8 @@ export class KafkaAdapter implements BrokerAdapter {
   /** Highest offset dispatched per partition by this member, across generations. */
   private readonly highestDispatched = new Map<number, bigint>();
   private rebuildDelayMs = REBUILD_MIN_MS;
+  /** Partitions in a retry backoff: not before this time (ms since epoch). */
+  private readonly holds = new Map<number, number>();
   /** Records this adapter has dispatched (or reserved a slot for) that are not settled yet. */
   private inFlight = 0;
   /** Wakes batches waiting for a slot when a dispatched record settles. */
@@ -177,6 +179,8 @@ export class KafkaAdapter implements BrokerAdapter {
       idempotent: true,
       maxInFlightRequests: 1,
       allowAutoTopicCreation: false,
+      // kafkajs refuses an idempotent producer without retries (broker.retry.retries: 0).
+      ...(config.retry?.retries === 0 ? { retry: { retries: 1 } } : {}),
     });
     await this.producer.connect();
     await this.startConsumer();
@@ -468,6 +472,13 @@ export class KafkaAdapter implements BrokerAdapter {
           doneNext = offset + 1n;
           continue;
         }
+        // A retry backoff still running (the kafkajs pause that held it is gone when
+        // kafkajs restarted the consumer or the partition came back in a rebalance).
+        const heldFor = this.heldFor(partition);
+        if (heldFor > 0) {
+          if (!this.stopRequested) this.schedule(heldFor, payload.pause());
+          break;
+        }
         if (!(await this.waitForSlot(heartbeat, mustLeave))) break;
         let settlement: Settlement;
         try {
@@ -508,9 +519,23 @@ export class KafkaAdapter implements BrokerAdapter {
         : settlement.kind === 'unsettled'
           ? UNSETTLED_REDELIVERY_MS
           : 0;
-    if (delayMs <= 0 || this.stopRequested) return;
+    if (delayMs <= 0) return;
+    // Kept here as well as in kafkajs' pause: that pause belongs to one run of the
+    // kafkajs consumer and is lost when kafkajs restarts it after a crash.
+    this.holds.set(payload.batch.partition, Date.now() + delayMs);
+    if (this.stopRequested) return;
     const resume = payload.pause();
     this.schedule(delayMs, resume);
+  }
+
+  /** Milliseconds a partition's retry backoff still runs (0: none). */
+  private heldFor(partition: number): number {
+    const until = this.holds.get(partition);
+    if (until === undefined) return 0;
+    const left = until - Date.now();
+    if (left > 0) return left;
+    this.holds.delete(partition);
+    return 0;
   }
 
   /**
