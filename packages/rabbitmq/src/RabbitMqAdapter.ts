@@ -315,11 +315,11 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     this.recovering = true;
     try {
       let connection = this.connection;
-      if (!connection) {
-        connection = await this.openConnection();
-        // The broker may have restarted and lost non-durable state: declare again.
-        await this.prepareTopology(connection, false);
-      }
+      if (!connection) connection = await this.openConnection();
+      // Declare again (assertQueue) after any loss, not only a lost connection: the broker
+      // may have restarted and lost non-durable state, or the queue was deleted (the broker
+      // then cancels the consumer, and consuming from a missing queue fails with 404).
+      await this.prepareTopology(connection, false);
       if (!this.current && !this.stopped) await this.openConsumerChannel(connection);
       if (!this.stopped && !this.current?.alive) {
         throw new RabbitMqOperationError(

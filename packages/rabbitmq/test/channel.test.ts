@@ -199,6 +199,33 @@ describe.skipIf(!available)('RabbitMqAdapter channels (real RabbitMQ)', () => {
     await runtime.deliveries[0]!.ack();
   });
 
+  // Issue 11, RabbitMQ 4: the topology was declared again only after a lost connection;
+  // after the broker cancelled the consumer because its queue was deleted, the adapter
+  // re-created the channel and failed to consume (404) forever.
+  it('a deleted queue is declared again on recovery (assertQueue) and consumed', async () => {
+    const queue = unique('redeclare');
+    const adapter = adapterFor(queue, unique('oncely-test-redeclare'));
+    const runtime = recordingRuntime(2);
+    await adapter.start(runtime);
+    await raw.deleteQueues(queue);
+    await waitFor(() => runtime.errors.some((e) => e.context.includes('cancelled')), 'the broker cancel');
+    const exists = async () => {
+      const ch = await raw.freshChannel();
+      try {
+        await ch.checkQueue(queue);
+        return true;
+      } catch {
+        return false;
+      } finally {
+        await ch.close().catch(() => {});
+      }
+    };
+    await waitFor(exists, 'the adapter to declare the queue again', 20_000);
+    await raw.publish(queue, [{ id: 'after-delete' }]);
+    await waitFor(() => runtime.deliveries.length === 1, 'a delivery from the re-declared queue', 20_000);
+    await runtime.deliveries[0]!.ack();
+  });
+
   it('a second settle of the same delivery is refused instead of closing the channel', async () => {
     const queue = unique('double');
     const adapter = adapterFor(queue, unique('oncely-test-double'));
