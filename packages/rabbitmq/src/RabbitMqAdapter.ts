@@ -32,6 +32,8 @@ import type { ResolvedOptions } from './options.js';
 import { type CopyPublisher, RabbitMqDelivery } from './RabbitMqDelivery.js';
 import { declareTopology, delayQueueName, delayQueueOptions, retryDelayBucket } from './topology.js';
 
+/** Unacked deliveries a quorum queue hands one consumer at most (RabbitMQ docs, confirms.md). */
+const QUORUM_PREFETCH_CAP = 2000;
 /** Dead-letter details are cut to this many characters (AMQP header tables are small). */
 const MAX_DETAIL_CHARS = 2000;
 
@@ -109,6 +111,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     const connection = await this.openConnection();
     try {
       this.checkConsumerTimeout(runtime);
+      this.checkQuorumLimits();
       await this.prepareTopology(connection, true);
       await this.openConsumerChannel(connection);
     } catch (error) {
@@ -508,6 +511,27 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
       if (finding.level === 'error') throw new BrokerMisconfiguredError(finding.message);
       if (finding.level === 'warn')
         this.log.warn(`rabbitmq: ${finding.message}`, { queue: this.options.queue });
+    }
+  }
+
+  /** Quorum-queue limits that make the broker act before the consumer does. */
+  private checkQuorumLimits(): void {
+    const { queueType, deliveryLimit, queue } = this.options;
+    if (queueType !== 'quorum') return;
+    const { maxAttempts } = this.adapterOptions;
+    if (deliveryLimit !== undefined && maxAttempts !== undefined && deliveryLimit <= maxAttempts) {
+      // Before RabbitMQ 4.3 every requeue (releases at stop and during store outages
+      // included) raises x-delivery-count, so the broker would dead-letter, without a
+      // reason, messages the consumer still means to retry.
+      throw new BrokerMisconfiguredError(
+        `deliveryLimit ${deliveryLimit} of quorum queue '${queue}' is not above maxAttempts ${maxAttempts}: the broker would dead-letter (without a reason) before the consumer does; raise broker.deliveryLimit well above maxAttempts`,
+      );
+    }
+    if (this.prefetch > QUORUM_PREFETCH_CAP) {
+      this.log.warn(
+        `rabbitmq: prefetch ${this.prefetch} is above the ${QUORUM_PREFETCH_CAP} a quorum queue delivers unacked to one consumer: the surplus is never used`,
+        { queue },
+      );
     }
   }
 

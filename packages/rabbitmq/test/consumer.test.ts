@@ -545,6 +545,38 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     }
   });
 
+  // Issue 11, RabbitMQ 4: deliveryLimit <= maxAttempts was only reported by diagnose();
+  // the broker then dead-letters (with no reason) before the consumer's own limit.
+  it('refuses to start a quorum queue whose deliveryLimit is not above maxAttempts; warns above the quorum prefetch cap', async () => {
+    const queue = unique('limit');
+    topologyCleanup(queue);
+    const consumer = consumerFor(queue, {
+      maxAttempts: 3,
+      broker: { queueType: 'quorum', deliveryLimit: 3 },
+    });
+    const error = await consumer.start().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isOncelyError(error, 'BROKER_MISCONFIGURED'), String(error)).toBe(true);
+    expect(String((error as Error).message)).toMatch(/deliveryLimit 3 .*maxAttempts 3/);
+
+    const warnings: string[] = [];
+    const logger = { ...silentLogger, warn: (message: string) => warnings.push(message) };
+    const cappedQueue = unique('limit');
+    topologyCleanup(cappedQueue);
+    const capped = consumerFor(cappedQueue, {
+      maxAttempts: 3,
+      logger,
+      broker: { queueType: 'quorum', deliveryLimit: 10, prefetch: 2500 },
+    });
+    await capped.start();
+    expect(
+      warnings.some((w) => /prefetch 2500 .*2000/.test(w)),
+      warnings.join('\n'),
+    ).toBe(true);
+  });
+
   // Must catch: a handler budget longer than the broker's delivery timeout going unnoticed
   // (the broker would close the channel mid-handler and redeliver forever).
   it('refuses to start when a handler can outlive consumer_timeout, and diagnose() reports it', async () => {
