@@ -26,6 +26,7 @@ import { deadLetterRecord } from './deadLetter.js';
 import { toEnvelope } from './envelope.js';
 import { KafkaTopicMissingError } from './errors.js';
 import { kafkaLogCreator } from './kafkaLogger.js';
+import { MESSAGE_ID_HEADER } from './send.js';
 
 const { Kafka, logLevel } = kafkajs;
 
@@ -36,9 +37,6 @@ const KAFKAJS_LOG_LEVELS = {
   info: logLevel.INFO,
   debug: logLevel.DEBUG,
 } as const;
-
-/** The header producers put the stable message ID in (see `send`). */
-const MESSAGE_ID_HEADER = 'message-id';
 
 /** How one dispatched record ended, from the adapter's side. */
 type Settlement =

@@ -4,7 +4,7 @@
  * block only their own partition, start-up checks and diagnose().
  */
 import { type Consumer, type ConsumerConfig, isOncelyError, silentLogger } from '@oncely/core';
-import { createKafkaConsumer, diagnose, type KafkaBrokerOptions } from '@oncely/kafka';
+import { createKafkaConsumer, diagnose, type KafkaBrokerOptions, KafkaSendError, send } from '@oncely/kafka';
 import { ConsumerSpy } from '@oncely/testkit';
 import type { Admin, Kafka, Producer } from 'kafkajs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -151,6 +151,48 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     } finally {
       await reader.stop();
     }
+  });
+
+  it('send() sets the message-id header and the key, waits for the acks, and refuses a record without an ID', async () => {
+    const topic = uniqueName('send');
+    const name = uniqueName('send-consumer');
+    await createTopic(admin, topic, 3);
+    const missing = await send(producer, topic, [
+      { id: 'ok', value: {} },
+      { id: ' ', value: {} },
+    ]).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(missing).toBeInstanceOf(KafkaSendError);
+    expect(isOncelyError(missing, 'KAFKA_SEND_FAILED' as never)).toBe(true);
+    const sent = await send(producer, topic, [
+      { id: 'order-1', value: { n: 1 } },
+      { id: 'order-2', value: '{"n":2}', key: 'customer-7', headers: { trace: 't-1' } },
+    ]);
+    expect(sent.every((r) => r.errorCode === 0)).toBe(true);
+    // The same ID sent again is a producer duplicate the consumer skips.
+    await send(producer, topic, { id: 'order-1', value: { n: 1 } });
+    const seen: Array<{ id: string; key: string | undefined; trace: string | undefined }> = [];
+    const c = consumer(
+      name,
+      { topic },
+      {
+        handler: async (message, ctx) => {
+          seen.push({ id: message.id, key: message.orderingKey, trace: message.attributes.trace });
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    await c.start();
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    expect(seen.sort((a, b) => a.id.localeCompare(b.id))).toEqual([
+      { id: 'order-1', key: 'order-1', trace: undefined },
+      { id: 'order-2', key: 'customer-7', trace: 't-1' },
+    ]);
+    // Nothing of the refused call was sent.
+    const ends = await admin.fetchTopicOffsets(topic);
+    expect(ends.reduce((sum, e) => sum + Number(e.high), 0)).toBe(3);
   });
 
   it('offsets mode: records below the stored next offset are skipped, never handed to the handler', async () => {
