@@ -454,7 +454,10 @@ export class KafkaAdapter implements BrokerAdapter {
 
     let storedNext: bigint | undefined;
     if (runtime.mode === 'offsets') {
-      const stored = (await generation.storedOffsets).get(partition);
+      const storedOffsets = await this.heartbeatWhile(generation.storedOffsets, heartbeat, mustLeave);
+      // The read did not land before the batch had to end: nothing was resolved.
+      if (storedOffsets === undefined) return this.endBatch(generation);
+      const stored = storedOffsets.get(partition);
       if (stored !== undefined) storedNext = BigInt(stored);
     }
     /** Next offset after the records of this batch that are done (the commit point). */
@@ -500,10 +503,43 @@ export class KafkaAdapter implements BrokerAdapter {
     } finally {
       if (doneNext !== undefined) await this.commit(generation, partition, doneNext, isStale);
     }
-    // Hand kafkajs the group error it needs to see to rejoin now, rather than after its
-    // next throttled heartbeat.
+    this.endBatch(generation);
+  }
+
+  /**
+   * Hands kafkajs the group error it needs to see to rejoin now, rather than after its
+   * next throttled heartbeat.
+   */
+  private endBatch(generation: Generation): void {
     const groupError = generation.lost ?? generation.rebalancing;
     if (groupError !== undefined && generation === this.generation && !this.stopRequested) throw groupError;
+  }
+
+  /**
+   * Waits for `work`, heartbeating every `heartbeatInterval` so the group keeps this
+   * member (a slow store must not get it evicted). Undefined when the batch must end
+   * first, or close() gave up waiting.
+   */
+  private async heartbeatWhile<T>(
+    work: Promise<T>,
+    heartbeat: () => Promise<void>,
+    mustLeave: () => boolean,
+  ): Promise<T | undefined> {
+    const done = work.then((value) => ({ value }));
+    const abandoned = this.abandoned.then(() => undefined);
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const tick = new Promise<'tick'>((resolve) => {
+        timer = setTimeout(() => resolve('tick'), this.config.heartbeatInterval);
+      });
+      const result = await Promise.race([done, abandoned, tick]);
+      clearTimeout(timer);
+      if (result === undefined) return undefined;
+      if (result !== 'tick') return result.value;
+      if (mustLeave()) return undefined;
+      await heartbeat();
+      if (mustLeave()) return undefined;
+    }
   }
 
   /**

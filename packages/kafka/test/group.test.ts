@@ -215,4 +215,40 @@ describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () =>
     await until('every record handled', () => runtime.deliveries.length === 12 && running === 0, 60_000);
     expect(most, 'records in handlers at once (concurrency 2)').toBeLessThanOrEqual(2);
   });
+
+  // Issue 11, Kafka 6 (the offsets read not heartbeating): in offsets mode a batch waits
+  // for the stored offsets read at assignment; while the store hung, that wait sent no
+  // heartbeat and the member was evicted after sessionTimeout.
+  it('offsets mode: a batch waiting for a slow stored-offsets read keeps the member in the group', async () => {
+    const topic = uniqueName('offsets-read');
+    const groupId = uniqueName('offsets-read-group');
+    await createTopic(admin, topic, 1);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    let answer!: (offsets: Map<number, string>) => void;
+    const read = new Promise<Map<number, string>>((resolve) => (answer = resolve));
+    const runtime = Object.assign(controlledRuntime(1), {
+      mode: 'offsets' as const,
+      store: { offsets: { read: () => read } } as never,
+    });
+    cleanups.push(async () => answer(new Map()));
+    const adapter = member(
+      'slow-read',
+      { topic, groupId, sessionTimeout: 3000, heartbeatInterval: 300 },
+      runtime,
+    );
+    await adapter.start(runtime);
+    await publish(producer, topic, [{ id: 'r0', body: {} }]);
+    // Three session timeouts with the read pending.
+    await new Promise((resolve) => setTimeout(resolve, 9000));
+    const { groups } = await admin.describeGroups([groupId]);
+    expect(
+      { state: groups[0]?.state, members: groups[0]?.members.length },
+      'the group while the read is pending',
+    ).toEqual({ state: 'Stable', members: 1 });
+    expect(
+      runtime.errors.filter((e) => /heartbeat|crash/.test(e.context)).map((e) => String(e.error)),
+    ).toEqual([]);
+    answer(new Map());
+    await until('the record after the read', () => runtime.deliveries.length === 1);
+  });
 });
