@@ -18,11 +18,12 @@ import type {
   Kafka as KafkaClient,
   Consumer as KafkaConsumer,
   KafkaMessage,
+  Message,
   Producer,
 } from 'kafkajs';
 import kafkajs from 'kafkajs';
 import { type ResolvedKafkaConfig, resolveKafkaConfig } from './config.js';
-import { deadLetterRecord } from './deadLetter.js';
+import { DEAD_LETTER_HEADERS, deadLetterRecord } from './deadLetter.js';
 import { toEnvelope } from './envelope.js';
 import { KafkaTopicMissingError } from './errors.js';
 import { kafkaLogCreator } from './kafkaLogger.js';
@@ -682,20 +683,48 @@ export class KafkaAdapter implements BrokerAdapter {
     reason: DeadLetterReason,
     detail: string,
   ): Promise<void> {
-    await this.producer!.send({
-      topic: this.config.deadLetterTopic,
-      acks: -1,
-      messages: [
-        deadLetterRecord({
-          topic: batch.topic,
-          partition: batch.partition,
-          message,
-          consumer: this.consumerName,
-          reason,
-          detail,
-        }),
-      ],
+    const record = deadLetterRecord({
+      topic: batch.topic,
+      partition: batch.partition,
+      message,
+      consumer: this.consumerName,
+      reason,
+      detail,
     });
+    const produce = (messages: Message[]) =>
+      this.producer!.send({ topic: this.config.deadLetterTopic, acks: -1, messages });
+    try {
+      await produce([record]);
+    } catch (error) {
+      if (!isTooLarge(error)) throw error;
+      // The dead-letter topic refuses the record (its max.message.bytes is below the
+      // source topic's): it would be refused on every redelivery too, and the partition
+      // would never move. Keep the evidence that fits: first without the value, then
+      // with Oncely's headers only. The original stays readable at its offset until the
+      // source topic's retention removes it.
+      const size = message.value?.length ?? 0;
+      const note = `MESSAGE_TOO_LARGE: the ${size}-byte value was left out; read it at ${batch.topic}/${batch.partition}/${message.offset}`;
+      const withoutValue: Message = {
+        ...record,
+        value: null,
+        headers: { ...record.headers, [DEAD_LETTER_HEADERS.valueDropped]: note },
+      };
+      this.runtime?.reportError(
+        error,
+        `dead letter too large for '${this.config.deadLetterTopic}'; writing it without its value`,
+      );
+      try {
+        await produce([withoutValue]);
+      } catch (again) {
+        if (!isTooLarge(again)) throw again;
+        const ours = Object.fromEntries(
+          Object.entries(withoutValue.headers ?? {}).filter(
+            ([name]) => name === MESSAGE_ID_HEADER || name.startsWith('oncely-'),
+          ),
+        );
+        await produce([{ ...withoutValue, headers: ours }]);
+      }
+    }
   }
 
   // ------------------------------------------------------------------------------------
@@ -798,6 +827,15 @@ function classifyGroupError(error: unknown): 'rebalancing' | 'lost' | 'other' {
     default:
       return 'other';
   }
+}
+
+/** The broker refused a record as larger than the topic's `max.message.bytes`. */
+function isTooLarge(error: unknown): boolean {
+  for (let e = error as { type?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 5; depth++) {
+    if (e.type === 'MESSAGE_TOO_LARGE' || e.type === 'RECORD_LIST_TOO_LARGE') return true;
+    e = e.cause as typeof e;
+  }
+  return false;
 }
 
 function lostError(cause: unknown): LeaseLostError {

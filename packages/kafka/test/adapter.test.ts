@@ -271,6 +271,51 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     for (let n = 0; n < 8; n++) expect(counts.get(`b-${n}`)).toBe(1);
   });
 
+  // Issue 11, Kafka 6: a dead letter the DLQ refuses as too large (MESSAGE_TOO_LARGE)
+  // failed the same way on every redelivery, stalling the partition forever.
+  it('a dead letter too large for the dead-letter topic is written without its value; the partition moves on', async () => {
+    const topic = uniqueName('dlq-large');
+    const name = uniqueName('dlq-large-consumer');
+    const deadLetterTopic = `${topic}.dlq`;
+    await createTopic(admin, topic, 1);
+    await admin.createTopics({
+      topics: [
+        {
+          topic: deadLetterTopic,
+          numPartitions: 1,
+          configEntries: [{ name: 'max.message.bytes', value: '2048' }],
+        },
+      ],
+      waitForLeaders: true,
+    });
+    const c = consumer(
+      name,
+      { topic, deadLetterTopic },
+      {
+        maxAttempts: 1,
+        handler: async (message, ctx) => {
+          if (message.id === 'large') throw new Error('always fails');
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    await c.start();
+    await publish(producer, topic, [
+      { id: 'large', body: { pad: 'x'.repeat(8000) } },
+      { id: 'after', body: {} },
+    ]);
+    await until('the record after the large one', async () => (await db.effectCounts()).has('after'), 30_000);
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    const reader = new DeadLetterReader(kafka, admin, deadLetterTopic);
+    await reader.start();
+    try {
+      const dead = await reader.list();
+      expect(dead.map((d) => [d.id, d.reason, d.originalOffset])).toEqual([['large', 'max-attempts', '0']]);
+    } finally {
+      await reader.stop();
+    }
+  });
+
   it('a dead letter is produced before the offset moves: while the DLQ cannot be written, the partition waits', async () => {
     const topic = uniqueName('dlq-first');
     const name = uniqueName('dlq-first-consumer');
