@@ -467,4 +467,31 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
       { level: 'error', message: expect.stringMatching(/broker\.brokers/) },
     ]);
   });
+
+  // Issue 11, Kafka 6: a handler that may run longer than rebalanceTimeout holds a
+  // rebalance until the broker removes its member; diagnose() did not compare them.
+  it('diagnose() warns when handlerTimeoutMs exceeds rebalanceTimeout', async () => {
+    const topic = uniqueName('diagnose-rebalance');
+    await createTopic(admin, topic, 1);
+    const report = await diagnose({
+      name: uniqueName('diagnose-rebalance-consumer'),
+      broker: { type: 'kafka', brokers: brokers!, topic, rebalanceTimeout: 60_000 },
+      store: db.store,
+      handlerTimeoutMs: 120_000,
+      handler: async () => {},
+    });
+    expect(report.findings.map((f) => `${f.level}: ${f.message}`)).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^warn: handlerTimeoutMs 120000 .*rebalanceTimeout \(60000/),
+      ]),
+    );
+    const fine = await diagnose({
+      name: uniqueName('diagnose-rebalance-consumer'),
+      broker: { type: 'kafka', brokers: brokers!, topic, rebalanceTimeout: 60_000 },
+      store: db.store,
+      handlerTimeoutMs: 30_000,
+      handler: async () => {},
+    });
+    expect(fine.findings.some((f) => /rebalanceTimeout/.test(f.message))).toBe(false);
+  });
 });
