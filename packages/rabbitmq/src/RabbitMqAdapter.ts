@@ -84,6 +84,8 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
   private recoveryAttempt = 0;
   private readonly requeueTimers = new Set<NodeJS.Timeout>();
   private serverVersionText: string | undefined;
+  /** Index of the `url` the next connect tries first. */
+  private nextUrl = 0;
 
   constructor(
     readonly options: ResolvedOptions,
@@ -178,10 +180,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
   private async openConnection(): Promise<ChannelModel> {
     const connectionName =
       this.options.connectionName ?? `oncely:${this.adapterOptions.consumerName}:${this.options.queue}`;
-    const connection = await connect(connectionUrl(this.options), {
-      ...this.options.socketOptions,
-      clientProperties: { connection_name: connectionName },
-    });
+    const connection = await this.connectToAny(connectionName);
     if (this.closed) {
       await connection.close().catch(() => {});
       throw new RabbitMqOperationError('connect', 'the adapter was closed while connecting');
@@ -195,6 +194,28 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     );
     connection.on('unblocked', () => this.log.info('RabbitMQ unblocked the connection'));
     return connection;
+  }
+
+  /**
+   * Connects to the first of `url`s that answers, starting after the one used last, so a
+   * cluster node that went away is not tried first again.
+   */
+  private async connectToAny(connectionName: string): Promise<ChannelModel> {
+    const { urls } = this.options;
+    let lastError: unknown;
+    for (let tried = 0; tried < urls.length; tried++) {
+      const url = urls[this.nextUrl % urls.length]!;
+      this.nextUrl = (this.nextUrl + 1) % urls.length;
+      try {
+        return await connect(connectionUrl(url, this.options.heartbeatSeconds), {
+          ...this.options.socketOptions,
+          clientProperties: { connection_name: connectionName },
+        });
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    throw lastError;
   }
 
   /** Declares (assertQueue) or checks the topology; turns broker refusals into a clear misconfiguration. */
@@ -263,10 +284,15 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
 
   /** Only ever called inside {@link serialize}, so at most one consumer exists per channel. */
   private async consumeOn(current: DeliveryChannel): Promise<void> {
+    const { consumerPriority, consumeArguments } = this.options;
     const { consumerTag } = await current.channel.consume(
       this.options.queue,
       (msg) => this.onMessage(current, msg),
-      { noAck: false },
+      {
+        noAck: false,
+        ...(consumerPriority !== undefined ? { priority: consumerPriority } : {}),
+        ...(Object.keys(consumeArguments).length > 0 ? { arguments: { ...consumeArguments } } : {}),
+      },
     );
     current.consumerTag = consumerTag;
     // pause() or stop() may have run while the consume was on the wire.
@@ -595,11 +621,11 @@ function misconfigured(error: unknown, options: ResolvedOptions): unknown {
   return error;
 }
 
-function connectionUrl(options: ResolvedOptions): string {
-  if (options.heartbeatSeconds === undefined) return options.url;
-  const url = new URL(options.url);
-  url.searchParams.set('heartbeat', String(options.heartbeatSeconds));
-  return url.toString();
+function connectionUrl(url: string, heartbeatSeconds: number | undefined): string {
+  if (heartbeatSeconds === undefined) return url;
+  const parsed = new URL(url);
+  parsed.searchParams.set('heartbeat', String(heartbeatSeconds));
+  return parsed.toString();
 }
 
 function serverVersionOf(connection: ChannelModel): string | undefined {

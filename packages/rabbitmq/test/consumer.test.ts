@@ -1,3 +1,5 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import {
   type Consumer,
   type ConsumerEvent,
@@ -38,6 +40,7 @@ import {
 // real PostgreSQL store. Every effect is a row written through ctx.tx and counted in
 // the database.
 const available = await servicesAvailable();
+const run = promisify(execFile);
 
 type Body = { id?: string; n?: number };
 
@@ -575,6 +578,82 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
       warnings.some((w) => /prefetch 2500 .*2000/.test(w)),
       warnings.join('\n'),
     ).toBe(true);
+  });
+
+  it('options: exchange bindings, single active consumer, consumer priority and arguments, several URLs', async () => {
+    const queue = unique('opts');
+    const exchange = unique('opts_x');
+    topologyCleanup(queue);
+    cleanups.push(async () => {
+      const ch = await raw.freshChannel();
+      await ch.deleteExchange(exchange).catch(() => {});
+      await ch.close().catch(() => {});
+    });
+    const seen: string[][] = [[], []];
+    const make = (n: number) =>
+      consumerFor(queue, {
+        name: `c-${queue}`,
+        concurrency: 1,
+        handler: async (message) => {
+          seen[n]!.push(message.id);
+        },
+        broker: {
+          // A closed port first: the next URL is used.
+          url: ['amqp://guest:guest@127.0.0.1:1', RABBITMQ_URL],
+          bindings: [{ exchange, type: 'topic', routingKey: 'orders.*.created' }],
+          singleActiveConsumer: true,
+          consumerPriority: 5,
+          consumeArguments: { 'x-oncely-test': 'yes' },
+        },
+      });
+    const first = make(0);
+    const second = make(1);
+    await first.start();
+    await second.start();
+    const channel = await raw.connection.createConfirmChannel();
+    channel.on('error', () => {});
+    try {
+      await publish(
+        channel,
+        { exchange, routingKey: 'orders.eu.created' },
+        { n: 1 },
+        { messageId: 'via-exchange-1' },
+      );
+      await publish(
+        channel,
+        { exchange, routingKey: 'orders.us.created' },
+        { n: 2 },
+        { messageId: 'via-exchange-2' },
+      );
+      // Not matching the binding: unroutable, refused by publish().
+      await expect(
+        publish(channel, { exchange, routingKey: 'orders.eu.deleted' }, {}, { messageId: 'not-bound' }),
+      ).rejects.toBeInstanceOf(RabbitMqOperationError);
+    } finally {
+      await channel.close().catch(() => {});
+    }
+    await waitFor(() => seen[0]!.length + seen[1]!.length === 2, 'both messages');
+    // Single active consumer: one consumer got everything.
+    expect(seen.map((s) => s.length).sort()).toEqual([0, 2]);
+    const ch = await raw.freshChannel();
+    try {
+      expect((await ch.checkQueue(queue)).consumerCount).toBe(2);
+    } finally {
+      await ch.close().catch(() => {});
+    }
+    const { stdout } = await run('rabbitmqctl', [
+      '-q',
+      'list_consumers',
+      '--no-table-headers',
+      'queue_name',
+      'arguments',
+    ]);
+    const lines = stdout
+      .split('\n')
+      .filter((line) => line.startsWith(`${queue}\t`) || line.startsWith(`${queue} `));
+    expect(lines).toHaveLength(2);
+    for (const line of lines) expect(line).toMatch(/x-priority.*5/);
+    for (const line of lines) expect(line).toMatch(/x-oncely-test/);
   });
 
   // Must catch: a handler budget longer than the broker's delivery timeout going unnoticed
