@@ -1,5 +1,6 @@
 import type { DeadLetterReason, Delivery, Envelope, SettlementInfo } from '@oncely/core';
 import type { ConsumeMessage } from 'amqplib';
+import { ConfirmTimeoutError } from './ConfirmedPublisher.js';
 import type { DeliveryChannel } from './DeliveryChannel.js';
 import { attemptsSoFar } from './envelope.js';
 import { ChannelClosedError, RabbitMqOperationError } from './errors.js';
@@ -108,11 +109,28 @@ export class RabbitMqDelivery implements Delivery {
     try {
       await publish();
     } catch (error) {
-      if (!(error instanceof ChannelClosedError))
+      if (error instanceof ConfirmTimeoutError) {
+        // The copy may still be confirmed: requeueing the original now would leave the
+        // message on two lines (the copy and the original). Settle on the broker's answer.
+        void error.lateConfirm.then((outcome) => {
+          if (outcome === 'ack') this.ackIfAlive();
+          else this.host.requeueLater(this.channel, this.msg, requeueAfterMs);
+        });
+      } else if (!(error instanceof ChannelClosedError)) {
         this.host.requeueLater(this.channel, this.msg, requeueAfterMs);
+      }
       throw error;
     }
     this.channel.settle('ack', this.msg);
+  }
+
+  /** The copy was confirmed late: the original is done (if its channel is gone, the broker redelivers it and the marker or the copy's count handles it). */
+  private ackIfAlive(): void {
+    try {
+      this.channel.settle('ack', this.msg);
+    } catch {
+      // ChannelClosedError: nothing left to settle here.
+    }
   }
 
   private claim(operation: string): void {

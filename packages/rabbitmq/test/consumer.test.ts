@@ -203,6 +203,36 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     });
   }
 
+  // Issue 11, RabbitMQ 4: a retry copy whose confirm came after confirmTimeoutMs was
+  // treated as not sent: the original was requeued too, and the message then ran on two
+  // lines (the copy and the original), each retrying on its own.
+  it('a retry copy confirmed after the confirm timeout acks the original instead of requeueing it', async () => {
+    const queue = unique('late_confirm');
+    topologyCleanup(queue, [200]);
+    const runs: number[] = [];
+    const consumer = consumerFor(queue, {
+      maxAttempts: 5,
+      // Shorter than any persistent-message confirm on a durable queue.
+      broker: { confirmTimeoutMs: 1, retryDelaysMs: [200] },
+      handler: async (message, ctx) => {
+        runs.push(ctx.attempt);
+        await ctx.tx.query(`INSERT INTO "${db.schema}".effects(message_id) VALUES ($1)`, [message.id]);
+        if (ctx.attempt < 2) throw new Error('first run fails');
+      },
+    });
+    const events = recordEvents(consumer);
+    await consumer.start();
+    await raw.publish(queue, [{ id: `${queue}-m`, body: {} }]);
+    await waitFor(() => events('processed').length === 1, 'the retry to succeed', 20_000);
+    // The original would come back after 5 s (the requeue after a failed copy).
+    await new Promise((resolve) => setTimeout(resolve, 7000));
+    expect(events('duplicate'), 'runs of the same message on a second line').toHaveLength(0);
+    expect(runs).toEqual([1, 2]);
+    expect((await db.effects()).get(`${queue}-m`)).toBe(1);
+    await consumer.stop();
+    expect(await raw.ready(queue)).toBe(0);
+  });
+
   it('dead-letters poison messages with the reason in headers and leaves the rest of the stream alone', async () => {
     const queue = unique('poison');
     topologyCleanup(queue, [200, 400]);
