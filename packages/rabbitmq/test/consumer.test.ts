@@ -684,6 +684,16 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     expect(lines).toHaveLength(2);
     for (const line of lines) expect(line).toMatch(/x-priority.*5/);
     for (const line of lines) expect(line).toMatch(/x-oncely-test/);
+    const report = await diagnose({
+      name: `c-${queue}`,
+      broker: { type: 'rabbitmq', url: ['amqp://guest:guest@127.0.0.1:1', RABBITMQ_URL], queue },
+      store: db.store,
+      handler: async () => {},
+    });
+    expect(report.findings.some((f) => f.level === 'warn' && /1 of 2 URLs refused/.test(f.message))).toBe(
+      true,
+    );
+    expect(report.findings.some((f) => /cannot connect/.test(f.message))).toBe(false);
   });
 
   // Must catch: a handler budget longer than the broker's delivery timeout going unnoticed
