@@ -94,6 +94,8 @@ export class RabbitMqDelivery implements Delivery {
     await this.publishThenAck(
       () => this.host.publishDeadLetter(this.msg, this.attempts(info), reason, detail),
       REQUEUE_AFTER_FAILED_COPY_MS,
+      true,
+      info,
     );
   }
 
@@ -105,7 +107,30 @@ export class RabbitMqDelivery implements Delivery {
     return info?.attempt ?? attemptsSoFar(this.msg, this.envelope);
   }
 
-  private async publishThenAck(publish: () => Promise<void>, requeueAfterMs: number): Promise<void> {
+  /**
+   * Publishes a copy, then acks the original. When the copy fails the original is not
+   * acked: it is given back later. `park` (dead letters): instead of holding the
+   * original unacked (a prefetch slot) and requeueing it to the head of the queue, where
+   * it fails again and starves the messages behind it for as long as the dead-letter
+   * route is down, park it in the delay queue and ack it; it comes back after the delay
+   * to try again.
+   */
+  private async publishThenAck(
+    publish: () => Promise<void>,
+    requeueAfterMs: number,
+    park = false,
+    info?: SettlementInfo,
+  ): Promise<void> {
+    const giveBack = () => {
+      if (park && this.host.retryMode === 'topology' && this.channel.alive) {
+        void this.host.publishRetryCopy(this.msg, this.attempts(info), requeueAfterMs).then(
+          () => this.ackIfAlive(),
+          () => this.host.requeueLater(this.channel, this.msg, requeueAfterMs),
+        );
+        return;
+      }
+      this.host.requeueLater(this.channel, this.msg, requeueAfterMs);
+    };
     try {
       await publish();
     } catch (error) {
@@ -114,10 +139,10 @@ export class RabbitMqDelivery implements Delivery {
         // message on two lines (the copy and the original). Settle on the broker's answer.
         void error.lateConfirm.then((outcome) => {
           if (outcome === 'ack') this.ackIfAlive();
-          else this.host.requeueLater(this.channel, this.msg, requeueAfterMs);
+          else giveBack();
         });
       } else if (!(error instanceof ChannelClosedError)) {
-        this.host.requeueLater(this.channel, this.msg, requeueAfterMs);
+        giveBack();
       }
       throw error;
     }

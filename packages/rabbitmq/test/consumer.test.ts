@@ -318,7 +318,8 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
   // basic.return turns the confirm into a failure, so the original is kept and retried.
   it('a dead letter nobody can receive is not confirmed as sent; the original comes back and is dead-lettered once the route exists', async () => {
     const queue = unique('unroutable');
-    topologyCleanup(queue);
+    // The original waits in the 5 s delay queue between tries (parked, not held).
+    topologyCleanup(queue, [5000]);
     const consumer = consumerFor(queue);
     const events = recordEvents(consumer);
     await consumer.start();
@@ -327,6 +328,42 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     await raw.publish(queue, [{ body: { note: 'no id' } }]);
     await waitFor(() => events('ackFailed').length === 1, 'the unroutable dead letter');
     expect((events('ackFailed')[0]!.error as RabbitMqOperationError).replyCode).toBe(312);
+    await ch.bindQueue(`${queue}.dlq`, `${queue}.dlx`, queue);
+    await ch.close();
+    await waitFor(
+      () => events('deadLettered').length === 1,
+      'the dead letter after the route is back',
+      20_000,
+    );
+    await consumer.stop();
+    const dead = await raw.drain(`${queue}.dlq`);
+    expect(dead.map((m) => m.properties.headers?.[REASON_HEADER])).toEqual(['missing-id']);
+    expect(await raw.ready(queue)).toBe(0);
+  });
+
+  // Issue 11, RabbitMQ 4 (requeueLater holding originals during a DLX outage): a dead
+  // letter that cannot be published kept its original unacked for 5 s, then requeued it
+  // to the head of the queue, where it failed again: with prefetch 1 the healthy messages
+  // behind it never ran until the dead-letter route came back.
+  it('during a dead-letter outage the messages behind a poison one still run', async () => {
+    const queue = unique('dlx_outage');
+    topologyCleanup(queue, [5000]);
+    const handled: string[] = [];
+    const consumer = consumerFor(queue, {
+      concurrency: 1,
+      broker: { prefetch: 1 },
+      handler: async (message, ctx) => {
+        handled.push(message.id);
+        await ctx.tx.query(`INSERT INTO "${db.schema}".effects(message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    const events = recordEvents(consumer);
+    await consumer.start();
+    const ch = await raw.freshChannel();
+    await ch.unbindQueue(`${queue}.dlq`, `${queue}.dlx`, queue);
+    await raw.publish(queue, [{ body: { note: 'no id' } }, { id: 'healthy-1' }, { id: 'healthy-2' }]);
+    await waitFor(() => handled.length === 2, 'the healthy messages during the outage', 15_000);
+    expect(events('deadLettered')).toHaveLength(0);
     await ch.bindQueue(`${queue}.dlq`, `${queue}.dlx`, queue);
     await ch.close();
     await waitFor(
