@@ -18,16 +18,26 @@ import type {
   Kafka as KafkaClient,
   Consumer as KafkaConsumer,
   KafkaMessage,
+  Message,
   Producer,
 } from 'kafkajs';
 import kafkajs from 'kafkajs';
 import { type ResolvedKafkaConfig, resolveKafkaConfig } from './config.js';
-import { deadLetterRecord } from './deadLetter.js';
+import { DEAD_LETTER_HEADERS, deadLetterRecord } from './deadLetter.js';
 import { toEnvelope } from './envelope.js';
 import { KafkaTopicMissingError } from './errors.js';
 import { kafkaLogCreator } from './kafkaLogger.js';
+import { MESSAGE_ID_HEADER } from './send.js';
 
 const { Kafka, logLevel } = kafkajs;
+
+const KAFKAJS_LOG_LEVELS = {
+  nothing: logLevel.NOTHING,
+  error: logLevel.ERROR,
+  warn: logLevel.WARN,
+  info: logLevel.INFO,
+  debug: logLevel.DEBUG,
+} as const;
 
 /** How one dispatched record ended, from the adapter's side. */
 type Settlement =
@@ -63,8 +73,6 @@ interface Generation {
 
 /** A record the core left unsettled comes back after this pause (no hot loop on a failing DLQ). */
 const UNSETTLED_REDELIVERY_MS = 1000;
-/** Longest `close()` waits for running batches to commit and return. */
-const CLOSE_WAIT_MS = 30_000;
 /** Rebuild delays after a crash kafkajs does not restart from itself. */
 const REBUILD_MIN_MS = 1000;
 const REBUILD_MAX_MS = 30_000;
@@ -94,7 +102,16 @@ const REBUILD_MAX_MS = 30_000;
 export class KafkaAdapter implements BrokerAdapter {
   readonly type = 'kafka';
   readonly lease: AdapterLease;
-  readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
+  /**
+   * The `message-id` header. In `offsets` mode the record's offset is its identity (the
+   * stored offset, not the ID, decides whether it was applied), so a record without the
+   * header gets `topic/partition/offset` instead of being dead-lettered as `missing-id`.
+   */
+  readonly defaultIdStrategy: IdStrategy = (envelope) => {
+    const header = envelope.attributes[MESSAGE_ID_HEADER];
+    if (header !== undefined && header.trim() !== '') return header;
+    return this.runtime?.mode === 'offsets' ? envelope.brokerMessageId : undefined;
+  };
   /** The checked config with defaults applied. */
   readonly config: ResolvedKafkaConfig;
 
@@ -115,6 +132,17 @@ export class KafkaAdapter implements BrokerAdapter {
   /** Highest offset dispatched per partition by this member, across generations. */
   private readonly highestDispatched = new Map<number, bigint>();
   private rebuildDelayMs = REBUILD_MIN_MS;
+  /** Partitions in a retry backoff: not before this time (ms since epoch). */
+  private readonly holds = new Map<number, number>();
+  /** Records this adapter has dispatched (or reserved a slot for) that are not settled yet. */
+  private inFlight = 0;
+  /** Wakes batches waiting for a slot when a dispatched record settles. */
+  private slotWaiters: Array<() => void> = [];
+  /** Resolves when close() gives up waiting for handlers: running batches return without them. */
+  private abandon!: () => void;
+  private readonly abandoned = new Promise<void>((resolve) => {
+    this.abandon = resolve;
+  });
 
   constructor(broker: BrokerConfig, options: { consumerName: string; log: Logger }) {
     this.config = resolveKafkaConfig(broker, options.consumerName);
@@ -128,16 +156,19 @@ export class KafkaAdapter implements BrokerAdapter {
   async start(runtime: AdapterRuntime): Promise<void> {
     this.runtime = runtime;
     const { config } = this;
-    this.kafka = new Kafka({
-      clientId: config.clientId,
-      brokers: config.brokers,
-      connectionTimeout: config.connectionTimeout,
-      requestTimeout: config.requestTimeout,
-      ssl: config.ssl as never,
-      sasl: config.sasl as never,
-      logLevel: logLevel.WARN,
-      logCreator: kafkaLogCreator(runtime.log),
-    });
+    this.kafka =
+      (config.kafka as KafkaClient | undefined) ??
+      new Kafka({
+        clientId: config.clientId,
+        brokers: config.brokers,
+        connectionTimeout: config.connectionTimeout,
+        requestTimeout: config.requestTimeout,
+        ssl: config.ssl as never,
+        sasl: config.sasl as never,
+        ...(config.retry ? { retry: config.retry } : {}),
+        logLevel: KAFKAJS_LOG_LEVELS[config.logLevel],
+        logCreator: kafkaLogCreator(runtime.log),
+      });
     this.admin = this.kafka.admin();
     await this.admin.connect();
     const partitions = await this.topicPartitionCount(config.topic);
@@ -147,30 +178,71 @@ export class KafkaAdapter implements BrokerAdapter {
       idempotent: true,
       maxInFlightRequests: 1,
       allowAutoTopicCreation: false,
+      // kafkajs refuses an idempotent producer without retries (broker.retry.retries: 0).
+      ...(config.retry?.retries === 0 ? { retry: { retries: 1 } } : {}),
     });
     await this.producer.connect();
     await this.startConsumer();
   }
 
-  /** Stops dispatching: running batches end after their current record and commit what is done. */
+  /**
+   * Stops dispatching: running batches end after their current record and commit what is
+   * done. Every partition is paused, so kafkajs does not fetch the records the ending
+   * batches left unresolved again and again while the last handlers drain.
+   */
   async stop(): Promise<void> {
     this.stopRequested = true;
+    // A retry's scheduled resume must not unpause a partition after this.
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
+    this.wakeSlotWaiters();
+    this.pauseAll();
   }
 
-  /** Waits for running batches to commit, then leaves the group and disconnects. */
+  /**
+   * Waits up to `closeTimeoutMs` for running batches to commit, then leaves the group and
+   * disconnects. A handler still running then (one that ignores `ctx.signal`) is
+   * abandoned: its batch returns without it, so kafkajs' disconnect, which waits for
+   * every running batch, cannot hang. Its record is not committed and goes to the next
+   * owner, where the processed marker (or the stored offset) absorbs a late commit.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.stopRequested = true;
-    await waitAtMost(Promise.allSettled([...this.activeBatches]), CLOSE_WAIT_MS);
+    if (!this.stopRequested) await this.stop();
+    const { closeTimeoutMs } = this.config;
+    await waitAtMost(Promise.allSettled([...this.activeBatches]), closeTimeoutMs);
+    if (this.activeBatches.size > 0) {
+      this.log.warn('kafka: handlers still running at close; their records are left to the next owner', {
+        consumer: this.consumerName,
+        inFlight: this.inFlight,
+      });
+      this.abandon();
+      await waitAtMost(Promise.allSettled([...this.activeBatches]), closeTimeoutMs);
+    }
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     const errors: unknown[] = [];
     // disconnect() leaves the group (LeaveGroup), so the partitions move at once.
     for (const client of [this.consumer, this.producer, this.admin]) {
-      await client?.disconnect().catch((error: unknown) => errors.push(error));
+      if (!client) continue;
+      await waitAtMost(
+        client.disconnect().catch((error: unknown) => errors.push(error)),
+        closeTimeoutMs,
+      );
     }
     if (errors.length > 0) this.log.warn('kafka: errors while disconnecting', { error: errors[0] });
+  }
+
+  private pauseAll(): void {
+    const consumer = this.consumer;
+    if (!consumer) return;
+    try {
+      consumer.pause([{ topic: this.config.topic }]);
+    } catch (error) {
+      // kafkajs throws when the consumer is not running (crashed, being rebuilt): nothing fetches then.
+      this.log.debug('kafka: pausing on stop failed', { error });
+    }
   }
 
   // ------------------------------------------------------------------------------------
@@ -226,6 +298,11 @@ export class KafkaAdapter implements BrokerAdapter {
       rebalanceTimeout: config.rebalanceTimeout,
       maxWaitTimeInMs: config.maxWaitTimeInMs,
       ...(config.maxBytesPerPartition ? { maxBytesPerPartition: config.maxBytesPerPartition } : {}),
+      ...(config.minBytes !== undefined ? { minBytes: config.minBytes } : {}),
+      ...(config.maxBytes !== undefined ? { maxBytes: config.maxBytes } : {}),
+      ...(config.rackId !== undefined ? { rackId: config.rackId } : {}),
+      // kafkajs' consumer() defaults its own retries to 5 over the client's settings.
+      ...(config.retry ? { retry: config.retry } : {}),
       allowAutoTopicCreation: false,
     });
     consumer.on(consumer.events.GROUP_JOIN, (event) => this.onGroupJoin(consumer, event));
@@ -244,6 +321,7 @@ export class KafkaAdapter implements BrokerAdapter {
       partitionsConsumedConcurrently: config.partitionsConsumedConcurrently ?? this.runtime!.concurrency,
       eachBatch: (payload) => this.trackBatch(payload),
     });
+    if (this.stopRequested) this.pauseAll();
   }
 
   private newGeneration(partitions: ReadonlySet<number>): Generation {
@@ -377,7 +455,10 @@ export class KafkaAdapter implements BrokerAdapter {
 
     let storedNext: bigint | undefined;
     if (runtime.mode === 'offsets') {
-      const stored = (await generation.storedOffsets).get(partition);
+      const storedOffsets = await this.heartbeatWhile(generation.storedOffsets, heartbeat, mustLeave);
+      // The read did not land before the batch had to end: nothing was resolved.
+      if (storedOffsets === undefined) return this.endBatch(generation);
+      const stored = storedOffsets.get(partition);
       if (stored !== undefined) storedNext = BigInt(stored);
     }
     /** Next offset after the records of this batch that are done (the commit point). */
@@ -393,8 +474,21 @@ export class KafkaAdapter implements BrokerAdapter {
           doneNext = offset + 1n;
           continue;
         }
-        if (!(await this.waitForSlot(heartbeat)) || mustLeave()) break;
-        const settlement = await this.deliver(batch, message, payload, generation);
+        // A retry backoff still running (the kafkajs pause that held it is gone when
+        // kafkajs restarted the consumer or the partition came back in a rebalance).
+        const heldFor = this.heldFor(partition);
+        if (heldFor > 0) {
+          if (!this.stopRequested) this.schedule(heldFor, payload.pause());
+          break;
+        }
+        if (!(await this.waitForSlot(heartbeat, mustLeave))) break;
+        let settlement: Settlement;
+        try {
+          if (mustLeave()) break;
+          settlement = await this.deliver(batch, message, payload, generation);
+        } finally {
+          this.freeSlot();
+        }
         if (settlement.kind !== 'done') {
           this.holdPartition(settlement, payload);
           break;
@@ -410,10 +504,43 @@ export class KafkaAdapter implements BrokerAdapter {
     } finally {
       if (doneNext !== undefined) await this.commit(generation, partition, doneNext, isStale);
     }
-    // Hand kafkajs the group error it needs to see to rejoin now, rather than after its
-    // next throttled heartbeat.
+    this.endBatch(generation);
+  }
+
+  /**
+   * Hands kafkajs the group error it needs to see to rejoin now, rather than after its
+   * next throttled heartbeat.
+   */
+  private endBatch(generation: Generation): void {
     const groupError = generation.lost ?? generation.rebalancing;
     if (groupError !== undefined && generation === this.generation && !this.stopRequested) throw groupError;
+  }
+
+  /**
+   * Waits for `work`, heartbeating every `heartbeatInterval` so the group keeps this
+   * member (a slow store must not get it evicted). Undefined when the batch must end
+   * first, or close() gave up waiting.
+   */
+  private async heartbeatWhile<T>(
+    work: Promise<T>,
+    heartbeat: () => Promise<void>,
+    mustLeave: () => boolean,
+  ): Promise<T | undefined> {
+    const done = work.then((value) => ({ value }));
+    const abandoned = this.abandoned.then(() => undefined);
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const tick = new Promise<'tick'>((resolve) => {
+        timer = setTimeout(() => resolve('tick'), this.config.heartbeatInterval);
+      });
+      const result = await Promise.race([done, abandoned, tick]);
+      clearTimeout(timer);
+      if (result === undefined) return undefined;
+      if (result !== 'tick') return result.value;
+      if (mustLeave()) return undefined;
+      await heartbeat();
+      if (mustLeave()) return undefined;
+    }
   }
 
   /**
@@ -427,17 +554,36 @@ export class KafkaAdapter implements BrokerAdapter {
         : settlement.kind === 'unsettled'
           ? UNSETTLED_REDELIVERY_MS
           : 0;
-    if (delayMs <= 0 || this.stopRequested) return;
+    if (delayMs <= 0) return;
+    // Kept here as well as in kafkajs' pause: that pause belongs to one run of the
+    // kafkajs consumer and is lost when kafkajs restarts it after a crash.
+    this.holds.set(payload.batch.partition, Date.now() + delayMs);
+    if (this.stopRequested) return;
     const resume = payload.pause();
     this.schedule(delayMs, resume);
   }
 
+  /** Milliseconds a partition's retry backoff still runs (0: none). */
+  private heldFor(partition: number): number {
+    const until = this.holds.get(partition);
+    if (until === undefined) return 0;
+    const left = until - Date.now();
+    if (left > 0) return left;
+    this.holds.delete(partition);
+    return 0;
+  }
+
   /**
-   * Waits until the core takes work (it holds new work back while the store is down),
-   * heartbeating meanwhile so the group keeps this member. False once stopping.
+   * Waits until the core takes work (it holds new work back while the store is down, and
+   * while every slot is busy), heartbeating meanwhile so the group keeps this member.
+   * False once the batch must end: stopping, or a heartbeat saw a rebalance or the loss
+   * of the membership. kafkajs rejoins only after every eachBatch returned, so a batch
+   * that kept waiting here would hold the whole group's rebalance until this member is
+   * evicted (rebalanceTimeout).
    */
-  private async waitForSlot(heartbeat: () => Promise<void>): Promise<boolean> {
-    const ready = this.runtime!.whenReady();
+  private async waitForSlot(heartbeat: () => Promise<void>, mustLeave: () => boolean): Promise<boolean> {
+    const runtime = this.runtime!;
+    let ready: Promise<number | 'freed'> = this.nextSlot(runtime);
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
       const tick = new Promise<'tick'>((resolve) => {
@@ -445,10 +591,40 @@ export class KafkaAdapter implements BrokerAdapter {
       });
       const result = await Promise.race([ready, tick]);
       clearTimeout(timer);
-      if (result !== 'tick') return result > 0;
-      if (this.stopRequested) return false;
+      if (result === 'freed') {
+        ready = this.nextSlot(runtime);
+        continue;
+      }
+      if (result !== 'tick') {
+        if (result <= 0) return false;
+        // The core's whenReady() reserves nothing, and every partition's batch asks it:
+        // reserve here, synchronously, so concurrent batches never exceed concurrency.
+        if (this.inFlight < runtime.concurrency) {
+          this.inFlight++;
+          return true;
+        }
+        ready = this.nextSlot(runtime);
+        continue;
+      }
+      if (mustLeave()) return false;
       await heartbeat();
+      if (mustLeave()) return false;
     }
+  }
+
+  /** The core's answer, or 'freed' when one of our records settled while every slot was ours. */
+  private nextSlot(runtime: AdapterRuntime): Promise<number | 'freed'> {
+    if (this.inFlight < runtime.concurrency) return runtime.whenReady();
+    return new Promise((resolve) => this.slotWaiters.push(() => resolve('freed')));
+  }
+
+  private freeSlot(): void {
+    this.inFlight--;
+    this.wakeSlotWaiters();
+  }
+
+  private wakeSlotWaiters(): void {
+    for (const wake of this.slotWaiters.splice(0)) wake();
   }
 
   private async deliver(
@@ -478,7 +654,8 @@ export class KafkaAdapter implements BrokerAdapter {
       release: async () => settle({ kind: 'release' }),
       extendLease: async () => this.extendLease(payload, generation),
     };
-    await this.runtime!.dispatch(delivery);
+    // close() abandons a handler that outlives its wait: the record stays uncommitted.
+    await Promise.race([this.runtime!.dispatch(delivery), this.abandoned]);
     open = false;
     return settlement ?? { kind: 'unsettled' };
   }
@@ -506,20 +683,48 @@ export class KafkaAdapter implements BrokerAdapter {
     reason: DeadLetterReason,
     detail: string,
   ): Promise<void> {
-    await this.producer!.send({
-      topic: this.config.deadLetterTopic,
-      acks: -1,
-      messages: [
-        deadLetterRecord({
-          topic: batch.topic,
-          partition: batch.partition,
-          message,
-          consumer: this.consumerName,
-          reason,
-          detail,
-        }),
-      ],
+    const record = deadLetterRecord({
+      topic: batch.topic,
+      partition: batch.partition,
+      message,
+      consumer: this.consumerName,
+      reason,
+      detail,
     });
+    const produce = (messages: Message[]) =>
+      this.producer!.send({ topic: this.config.deadLetterTopic, acks: -1, messages });
+    try {
+      await produce([record]);
+    } catch (error) {
+      if (!isTooLarge(error)) throw error;
+      // The dead-letter topic refuses the record (its max.message.bytes is below the
+      // source topic's): it would be refused on every redelivery too, and the partition
+      // would never move. Keep the evidence that fits: first without the value, then
+      // with Oncely's headers only. The original stays readable at its offset until the
+      // source topic's retention removes it.
+      const size = message.value?.length ?? 0;
+      const note = `MESSAGE_TOO_LARGE: the ${size}-byte value was left out; read it at ${batch.topic}/${batch.partition}/${message.offset}`;
+      const withoutValue: Message = {
+        ...record,
+        value: null,
+        headers: { ...record.headers, [DEAD_LETTER_HEADERS.valueDropped]: note },
+      };
+      this.runtime?.reportError(
+        error,
+        `dead letter too large for '${this.config.deadLetterTopic}'; writing it without its value`,
+      );
+      try {
+        await produce([withoutValue]);
+      } catch (again) {
+        if (!isTooLarge(again)) throw again;
+        const ours = Object.fromEntries(
+          Object.entries(withoutValue.headers ?? {}).filter(
+            ([name]) => name === MESSAGE_ID_HEADER || name.startsWith('oncely-'),
+          ),
+        );
+        await produce([{ ...withoutValue, headers: ours }]);
+      }
+    }
   }
 
   // ------------------------------------------------------------------------------------
@@ -622,6 +827,15 @@ function classifyGroupError(error: unknown): 'rebalancing' | 'lost' | 'other' {
     default:
       return 'other';
   }
+}
+
+/** The broker refused a record as larger than the topic's `max.message.bytes`. */
+function isTooLarge(error: unknown): boolean {
+  for (let e = error as { type?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 5; depth++) {
+    if (e.type === 'MESSAGE_TOO_LARGE' || e.type === 'RECORD_LIST_TOO_LARGE') return true;
+    e = e.cause as typeof e;
+  }
+  return false;
 }
 
 function lostError(cause: unknown): LeaseLostError {

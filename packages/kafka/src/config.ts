@@ -71,6 +71,12 @@ export type KafkaBrokerOptions = {
    * always committed when a batch ends and on stop). @default 5000
    */
   commitIntervalMs?: number;
+  /**
+   * How long `close()` waits for running handlers (after the core's own stop deadline)
+   * before it abandons them and leaves the group; an abandoned record is not committed
+   * and goes to the next owner. Also bounds each client's disconnect. @default 30000
+   */
+  closeTimeoutMs?: number;
   /** kafkajs connection timeout, ms. @default 3000 */
   connectionTimeout?: number;
   /** kafkajs request timeout, ms. @default 30000 */
@@ -79,7 +85,44 @@ export type KafkaBrokerOptions = {
   ssl?: boolean | Record<string, unknown>;
   /** SASL options passed to kafkajs (`{ mechanism, username, password }`, ...). */
   sasl?: Record<string, unknown>;
+  /**
+   * kafkajs retry settings of the client (`{ retries, initialRetryTime, maxRetryTime,
+   * factor, multiplier }`). After `retries` the consumer crashes and kafkajs restarts it.
+   * @default kafkajs' (`retries: 5`, `initialRetryTime: 300`, `maxRetryTime: 30000`)
+   */
+  retry?: KafkaRetryOptions;
+  /** The consumer's rack (KIP-392): fetch from the nearest replica when the broker's `replica.selector.class` allows it. */
+  rackId?: string;
+  /** Least bytes the broker gathers before it answers a fetch (up to `maxWaitTimeInMs`). @default 1 */
+  minBytes?: number;
+  /** Most bytes of one fetch response (all partitions; the broker's `fetch.max.bytes` caps it). @default 10485760 */
+  maxBytes?: number;
+  /** kafkajs' own log level, logged through the consumer's logger. @default 'warn' */
+  logLevel?: 'nothing' | 'error' | 'warn' | 'info' | 'debug';
+  /**
+   * Your own KafkaJS client (a `new Kafka(...)`, or a KafkaJS-compatible one) instead of
+   * one built from `brokers`, `clientId`, `ssl`, `sasl`, `retry`, the timeouts and
+   * `logLevel` (which are then ignored). `brokers` becomes optional. Not expressible in
+   * JSON config: pass it in code.
+   */
+  kafka?: KafkaClientLike;
 };
+
+/** kafkajs' `RetryOptions`. */
+export interface KafkaRetryOptions {
+  maxRetryTime?: number;
+  initialRetryTime?: number;
+  factor?: number;
+  multiplier?: number;
+  retries?: number;
+}
+
+/** What the adapter uses of a KafkaJS client: its three factories. */
+export interface KafkaClientLike {
+  consumer(config: never): unknown;
+  producer(config?: never): unknown;
+  admin(config?: never): unknown;
+}
 
 /**
  * The `broker` section with every default applied (what the adapter runs with).
@@ -105,10 +148,17 @@ export interface ResolvedKafkaConfig {
   maxWaitTimeInMs: number;
   maxBytesPerPartition: number | undefined;
   commitIntervalMs: number;
+  closeTimeoutMs: number;
   connectionTimeout: number;
   requestTimeout: number;
   ssl: boolean | Record<string, unknown> | undefined;
   sasl: Record<string, unknown> | undefined;
+  retry: KafkaRetryOptions | undefined;
+  rackId: string | undefined;
+  minBytes: number | undefined;
+  maxBytes: number | undefined;
+  logLevel: 'nothing' | 'error' | 'warn' | 'info' | 'debug';
+  kafka: KafkaClientLike | undefined;
 }
 
 const KNOWN = new Set([
@@ -127,11 +177,21 @@ const KNOWN = new Set([
   'maxWaitTimeInMs',
   'maxBytesPerPartition',
   'commitIntervalMs',
+  'closeTimeoutMs',
   'connectionTimeout',
   'requestTimeout',
   'ssl',
   'sasl',
+  'retry',
+  'rackId',
+  'minBytes',
+  'maxBytes',
+  'logLevel',
+  'kafka',
 ]);
+
+const LOG_LEVELS = ['nothing', 'error', 'warn', 'info', 'debug'] as const;
+const RETRY_FIELDS = ['maxRetryTime', 'initialRetryTime', 'factor', 'multiplier', 'retries'] as const;
 
 // Kafka topic names: 1-249 characters of [a-zA-Z0-9._-].
 const TOPIC_NAME = /^[a-zA-Z0-9._-]{1,249}$/;
@@ -156,8 +216,26 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
     }
   }
   const b = broker as Partial<KafkaBrokerOptions>;
-  const brokers = typeof b.brokers === 'string' ? b.brokers.split(',').map((s) => s.trim()) : b.brokers;
-  if (!Array.isArray(brokers) || brokers.length === 0) {
+  if (
+    b.kafka !== undefined &&
+    (typeof b.kafka !== 'object' ||
+      b.kafka === null ||
+      typeof b.kafka.consumer !== 'function' ||
+      typeof b.kafka.producer !== 'function' ||
+      typeof b.kafka.admin !== 'function')
+  ) {
+    throw new ConfigError(
+      'broker.kafka',
+      'must be a KafkaJS client (with consumer(), producer() and admin())',
+    );
+  }
+  const brokers =
+    typeof b.brokers === 'string'
+      ? b.brokers.split(',').map((s) => s.trim())
+      : b.brokers === undefined && b.kafka !== undefined
+        ? []
+        : b.brokers;
+  if (!Array.isArray(brokers) || (brokers.length === 0 && b.kafka === undefined)) {
     throw new ConfigError(
       'broker.brokers',
       `must be a non-empty list of 'host:port', got ${show(b.brokers)}`,
@@ -198,8 +276,37 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
   integer(b.maxWaitTimeInMs, 10, 60_000, 'broker.maxWaitTimeInMs');
   integer(b.maxBytesPerPartition, 1024, 1_073_741_824, 'broker.maxBytesPerPartition');
   integer(b.commitIntervalMs, 0, 3_600_000, 'broker.commitIntervalMs');
+  integer(b.closeTimeoutMs, 0, 3_600_000, 'broker.closeTimeoutMs');
   integer(b.connectionTimeout, 100, 600_000, 'broker.connectionTimeout');
   integer(b.requestTimeout, 100, 600_000, 'broker.requestTimeout');
+  integer(b.minBytes, 1, 1_073_741_824, 'broker.minBytes');
+  integer(b.maxBytes, 1024, 2_147_483_647, 'broker.maxBytes');
+  optionalString(b.rackId, 'broker.rackId');
+  if (b.logLevel !== undefined && !(LOG_LEVELS as readonly unknown[]).includes(b.logLevel)) {
+    throw new ConfigError(
+      'broker.logLevel',
+      `must be one of ${LOG_LEVELS.join(', ')}, got ${show(b.logLevel)}`,
+    );
+  }
+  if (b.retry !== undefined) {
+    if (typeof b.retry !== 'object' || b.retry === null) {
+      throw new ConfigError(
+        'broker.retry',
+        'must be kafkajs retry options ({ retries, initialRetryTime, ... })',
+      );
+    }
+    for (const [field, value] of Object.entries(b.retry)) {
+      if (!(RETRY_FIELDS as readonly string[]).includes(field)) {
+        throw new ConfigError(
+          `broker.retry.${field}`,
+          `is not a kafkajs retry option (known: ${RETRY_FIELDS.join(', ')})`,
+        );
+      }
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+        throw new ConfigError(`broker.retry.${field}`, `must be a number >= 0, got ${show(value)}`);
+      }
+    }
+  }
   optionalBoolean(b.fromBeginning, 'broker.fromBeginning');
   optionalBoolean(b.createDeadLetterTopic, 'broker.createDeadLetterTopic');
   if (b.ssl !== undefined && typeof b.ssl !== 'boolean' && (typeof b.ssl !== 'object' || b.ssl === null)) {
@@ -232,10 +339,17 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
     maxWaitTimeInMs: b.maxWaitTimeInMs ?? 1000,
     maxBytesPerPartition: b.maxBytesPerPartition,
     commitIntervalMs: b.commitIntervalMs ?? 5000,
+    closeTimeoutMs: b.closeTimeoutMs ?? 30_000,
     connectionTimeout: b.connectionTimeout ?? 3000,
     requestTimeout: b.requestTimeout ?? 30_000,
     ssl: b.ssl,
     sasl: b.sasl,
+    retry: b.retry,
+    rackId: b.rackId,
+    minBytes: b.minBytes,
+    maxBytes: b.maxBytes,
+    logLevel: b.logLevel ?? 'warn',
+    kafka: b.kafka,
   };
 }
 

@@ -17,6 +17,8 @@ export const DEAD_LETTER_HEADERS = {
   partition: 'oncely-original-partition',
   offset: 'oncely-original-offset',
   timestamp: 'oncely-dead-lettered-at',
+  /** Set when the dead-letter topic refused the record as too large: the value was left out. */
+  valueDropped: 'oncely-dead-letter-value-dropped',
 } as const;
 
 /** Longest `detail` header kept: error messages can be large, a header should not be. */

@@ -51,6 +51,17 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     });
   }
 
+  const handlerTimeoutMs = config.handlerTimeoutMs ?? 30_000;
+  if (handlerTimeoutMs > resolved.rebalanceTimeout) {
+    // kafkajs rejoins only after every running batch returned, and a batch waits for its
+    // handler: a rebalance then waits the whole rebalanceTimeout, after which the broker
+    // removes this member and the record runs again elsewhere (the marker keeps one effect).
+    findings.push({
+      level: 'warn',
+      message: `handlerTimeoutMs ${handlerTimeoutMs} exceeds rebalanceTimeout (${resolved.rebalanceTimeout} ms): a rebalance during a long handler removes this member from the group and the record runs again on another member; raise broker.rebalanceTimeout above handlerTimeoutMs`,
+    });
+  }
+
   const kafka = new Kafka({
     clientId: `${resolved.clientId}-doctor`,
     brokers: resolved.brokers,

@@ -1,4 +1,4 @@
-import { BrokerMisconfiguredError } from '@oncely/core';
+import { BrokerMisconfiguredError, OncelyError } from '@oncely/core';
 
 /**
  * The topic to consume (or the dead-letter topic, when it cannot be created) does not
@@ -16,5 +16,22 @@ export class KafkaTopicMissingError extends BrokerMisconfiguredError {
     options?: ErrorOptions,
   ) {
     super(message, options);
+  }
+}
+
+/**
+ * `send()` refused a record without an ID, or kafkajs gave up sending (the cause is
+ * kept). Code `KAFKA_SEND_FAILED`.
+ *
+ * @example
+ * ```ts
+ * try { await send(producer, 'payments', { id: 'order-42', value: order }); } catch (e) { if (e instanceof KafkaSendError) console.error(e.cause); }
+ * ```
+ */
+export class KafkaSendError extends OncelyError {
+  constructor(message: string, options?: ErrorOptions) {
+    // The core's code union has no entry for adapter-specific failures (as RabbitMQ's
+    // RABBITMQ_OPERATION_FAILED): a stable, honest code instead of an unrelated one.
+    super('KAFKA_SEND_FAILED' as never, message, options);
   }
 }

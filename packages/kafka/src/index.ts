@@ -1,4 +1,10 @@
-export type { KafkaBrokerConfig, KafkaBrokerOptions, ResolvedKafkaConfig } from './config.js';
+export type {
+  KafkaBrokerConfig,
+  KafkaBrokerOptions,
+  KafkaClientLike,
+  KafkaRetryOptions,
+  ResolvedKafkaConfig,
+} from './config.js';
 export { resolveKafkaConfig } from './config.js';
 export { createAdapter } from './createAdapter.js';
 export type { KafkaConsumerOptions } from './createKafkaConsumer.js';
@@ -7,6 +13,8 @@ export { DEAD_LETTER_HEADERS, deadLetterRecord } from './deadLetter.js';
 export { diagnose } from './diagnose.js';
 export type { KafkaRawRecord } from './envelope.js';
 export { headersToAttributes, toEnvelope } from './envelope.js';
-export { KafkaTopicMissingError } from './errors.js';
+export { KafkaSendError, KafkaTopicMissingError } from './errors.js';
 export { KafkaAdapter } from './KafkaAdapter.js';
 export { kafkaLogCreator } from './kafkaLogger.js';
+export type { KafkaSendMessage, KafkaSendOptions } from './send.js';
+export { MESSAGE_ID_HEADER, send } from './send.js';

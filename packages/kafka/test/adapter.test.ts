@@ -4,7 +4,7 @@
  * block only their own partition, start-up checks and diagnose().
  */
 import { type Consumer, type ConsumerConfig, isOncelyError, silentLogger } from '@oncely/core';
-import { createKafkaConsumer, diagnose, type KafkaBrokerOptions } from '@oncely/kafka';
+import { createKafkaConsumer, diagnose, type KafkaBrokerOptions, KafkaSendError, send } from '@oncely/kafka';
 import { ConsumerSpy } from '@oncely/testkit';
 import type { Admin, Kafka, Producer } from 'kafkajs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -113,6 +113,88 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     expect(Object.fromEntries(stored)).toEqual(Object.fromEntries(ends.map((e) => [e.partition, e.high])));
   });
 
+  // Issue 11, Kafka 5: in offsets mode the record's offset is its identity, yet records
+  // without a message-id header were dead-lettered as missing-id.
+  it('offsets mode: records without a message-id header are applied, not dead-lettered', async () => {
+    const topic = uniqueName('offsets-noid');
+    const name = uniqueName('offsets-noid-consumer');
+    await createTopic(admin, topic, 2);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 10 }, (_, n) => ({ body: { n }, partition: n % 2 })),
+    );
+    const ids: string[] = [];
+    const reader = new DeadLetterReader(kafka, admin, `${topic}.dlq`);
+    const c = consumer(
+      name,
+      { topic },
+      {
+        mode: 'offsets',
+        handler: async (message, ctx) => {
+          ids.push(message.id);
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    await c.start();
+    await reader.start();
+    try {
+      await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+      expect(await reader.list(), 'dead letters').toEqual([]);
+      expect(ids.sort()).toEqual(
+        Array.from({ length: 10 }, (_, n) => `${topic}/${n % 2}/${Math.floor(n / 2)}`).sort(),
+      );
+      const ends = await admin.fetchTopicOffsets(topic);
+      const stored = await db.store.offsets.read(name, topic);
+      expect(Object.fromEntries(stored)).toEqual(Object.fromEntries(ends.map((e) => [e.partition, e.high])));
+    } finally {
+      await reader.stop();
+    }
+  });
+
+  it('send() sets the message-id header and the key, waits for the acks, and refuses a record without an ID', async () => {
+    const topic = uniqueName('send');
+    const name = uniqueName('send-consumer');
+    await createTopic(admin, topic, 3);
+    const missing = await send(producer, topic, [
+      { id: 'ok', value: {} },
+      { id: ' ', value: {} },
+    ]).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(missing).toBeInstanceOf(KafkaSendError);
+    expect(isOncelyError(missing, 'KAFKA_SEND_FAILED' as never)).toBe(true);
+    const sent = await send(producer, topic, [
+      { id: 'order-1', value: { n: 1 } },
+      { id: 'order-2', value: '{"n":2}', key: 'customer-7', headers: { trace: 't-1' } },
+    ]);
+    expect(sent.every((r) => r.errorCode === 0)).toBe(true);
+    // The same ID sent again is a producer duplicate the consumer skips.
+    await send(producer, topic, { id: 'order-1', value: { n: 1 } });
+    const seen: Array<{ id: string; key: string | undefined; trace: string | undefined }> = [];
+    const c = consumer(
+      name,
+      { topic },
+      {
+        handler: async (message, ctx) => {
+          seen.push({ id: message.id, key: message.orderingKey, trace: message.attributes.trace });
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    await c.start();
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    expect(seen.sort((a, b) => a.id.localeCompare(b.id))).toEqual([
+      { id: 'order-1', key: 'order-1', trace: undefined },
+      { id: 'order-2', key: 'customer-7', trace: 't-1' },
+    ]);
+    // Nothing of the refused call was sent.
+    const ends = await admin.fetchTopicOffsets(topic);
+    expect(ends.reduce((sum, e) => sum + Number(e.high), 0)).toBe(3);
+  });
+
   it('offsets mode: records below the stored next offset are skipped, never handed to the handler', async () => {
     const topic = uniqueName('offsets-skip');
     const name = uniqueName('offsets-skip-consumer');
@@ -187,6 +269,51 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     const counts = await db.effectCounts();
     expect(counts.get('same'), 'the producer duplicate: not caught by broker IDs').toBe(2);
     for (let n = 0; n < 8; n++) expect(counts.get(`b-${n}`)).toBe(1);
+  });
+
+  // Issue 11, Kafka 6: a dead letter the DLQ refuses as too large (MESSAGE_TOO_LARGE)
+  // failed the same way on every redelivery, stalling the partition forever.
+  it('a dead letter too large for the dead-letter topic is written without its value; the partition moves on', async () => {
+    const topic = uniqueName('dlq-large');
+    const name = uniqueName('dlq-large-consumer');
+    const deadLetterTopic = `${topic}.dlq`;
+    await createTopic(admin, topic, 1);
+    await admin.createTopics({
+      topics: [
+        {
+          topic: deadLetterTopic,
+          numPartitions: 1,
+          configEntries: [{ name: 'max.message.bytes', value: '2048' }],
+        },
+      ],
+      waitForLeaders: true,
+    });
+    const c = consumer(
+      name,
+      { topic, deadLetterTopic },
+      {
+        maxAttempts: 1,
+        handler: async (message, ctx) => {
+          if (message.id === 'large') throw new Error('always fails');
+          await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+        },
+      },
+    );
+    await c.start();
+    await publish(producer, topic, [
+      { id: 'large', body: { pad: 'x'.repeat(8000) } },
+      { id: 'after', body: {} },
+    ]);
+    await until('the record after the large one', async () => (await db.effectCounts()).has('after'), 30_000);
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    const reader = new DeadLetterReader(kafka, admin, deadLetterTopic);
+    await reader.start();
+    try {
+      const dead = await reader.list();
+      expect(dead.map((d) => [d.id, d.reason, d.originalOffset])).toEqual([['large', 'max-attempts', '0']]);
+    } finally {
+      await reader.stop();
+    }
   });
 
   it('a dead letter is produced before the offset moves: while the DLQ cannot be written, the partition waits', async () => {
@@ -339,5 +466,32 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     expect(badConfig.findings).toEqual([
       { level: 'error', message: expect.stringMatching(/broker\.brokers/) },
     ]);
+  });
+
+  // Issue 11, Kafka 6: a handler that may run longer than rebalanceTimeout holds a
+  // rebalance until the broker removes its member; diagnose() did not compare them.
+  it('diagnose() warns when handlerTimeoutMs exceeds rebalanceTimeout', async () => {
+    const topic = uniqueName('diagnose-rebalance');
+    await createTopic(admin, topic, 1);
+    const report = await diagnose({
+      name: uniqueName('diagnose-rebalance-consumer'),
+      broker: { type: 'kafka', brokers: brokers!, topic, rebalanceTimeout: 60_000 },
+      store: db.store,
+      handlerTimeoutMs: 120_000,
+      handler: async () => {},
+    });
+    expect(report.findings.map((f) => `${f.level}: ${f.message}`)).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^warn: handlerTimeoutMs 120000 .*rebalanceTimeout \(60000/),
+      ]),
+    );
+    const fine = await diagnose({
+      name: uniqueName('diagnose-rebalance-consumer'),
+      broker: { type: 'kafka', brokers: brokers!, topic, rebalanceTimeout: 60_000 },
+      store: db.store,
+      handlerTimeoutMs: 30_000,
+      handler: async () => {},
+    });
+    expect(fine.findings.some((f) => /rebalanceTimeout/.test(f.message))).toBe(false);
   });
 });

@@ -56,6 +56,32 @@ describe('resolveKafkaConfig', () => {
     expect(resolveKafkaConfig({ ...base, sessionTimeout: 6000 }, 'c').heartbeatInterval).toBe(600);
   });
 
+  it('passes the kafkajs options through, and takes an injected client instead of brokers', () => {
+    const config = resolveKafkaConfig(
+      {
+        ...base,
+        retry: { retries: 2, initialRetryTime: 100 },
+        rackId: 'eu-1a',
+        minBytes: 1,
+        maxBytes: 2048,
+        logLevel: 'error',
+      },
+      'c',
+    );
+    expect(config).toMatchObject({
+      retry: { retries: 2, initialRetryTime: 100 },
+      rackId: 'eu-1a',
+      minBytes: 1,
+      maxBytes: 2048,
+      logLevel: 'error',
+    });
+    expect(resolveKafkaConfig(base, 'c').logLevel).toBe('warn');
+    const kafka = { consumer: () => ({}), producer: () => ({}), admin: () => ({}) };
+    const injected = resolveKafkaConfig({ type: 'kafka', topic: 'orders', kafka } as never, 'c');
+    expect(injected.kafka).toBe(kafka);
+    expect(injected.brokers).toEqual([]);
+  });
+
   it('accepts brokers as a comma-separated string (environment variables)', () => {
     expect(resolveKafkaConfig({ ...base, brokers: 'a:9092, b:9093' }, 'c').brokers).toEqual([
       'a:9092',
@@ -76,6 +102,13 @@ describe('resolveKafkaConfig', () => {
     [{ fromBeginning: 'yes' }, 'broker.fromBeginning'],
     [{ ssl: 'on' }, 'broker.ssl'],
     [{ sesionTimeout: 1000 }, 'broker.sesionTimeout'],
+    [{ retry: { retries: -1 } }, 'broker.retry.retries'],
+    [{ retry: { retrys: 1 } }, 'broker.retry.retrys'],
+    [{ logLevel: 'loud' }, 'broker.logLevel'],
+    [{ minBytes: 0 }, 'broker.minBytes'],
+    [{ maxBytes: 10 }, 'broker.maxBytes'],
+    [{ rackId: '' }, 'broker.rackId'],
+    [{ kafka: {} }, 'broker.kafka'],
   ])('%j fails naming %s', (override, field) => {
     expect(configError({ ...base, ...override }).field).toBe(field);
   });
@@ -86,7 +119,10 @@ describe('resolveKafkaConfig', () => {
     );
     const adapter = createAdapter({ ...base, sessionTimeout: 9000 }, { consumerName: 'c', log: console });
     expect(adapter.type).toBe('kafka');
-    expect(adapter.defaultIdStrategy).toEqual({ attribute: 'message-id' });
+    // The message-id header (a function: in offsets mode a record without it is identified by its offset).
+    const strategy = adapter.defaultIdStrategy as (envelope: unknown) => string | undefined;
+    expect(strategy({ attributes: { 'message-id': 'm-1' }, brokerMessageId: 't/0/1' })).toBe('m-1');
+    expect(strategy({ attributes: {}, brokerMessageId: 't/0/1' })).toBeUndefined();
     // The lease keeper renews at half of extendByMs: a heartbeat every third of the session.
     expect(adapter.lease).toEqual({ extendByMs: 6000 });
   });

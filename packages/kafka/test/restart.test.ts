@@ -21,8 +21,10 @@ import {
 } from './support/kafka.js';
 import { createTestStore, type TestStore, until } from './support/store.js';
 
-// Ports 19100-19103: clear of the shared broker (19092-19095).
-const broker = testBrokers() ? new DedicatedBroker(19100) : undefined;
+// Ports 19100-19103 by default: clear of the shared broker (19092-19095). Another
+// checkout running this test at the same time sets KAFKA_DEDICATED_BASE_PORT.
+const basePort = Number(process.env.KAFKA_DEDICATED_BASE_PORT ?? 19100);
+const broker = testBrokers() ? new DedicatedBroker(basePort) : undefined;
 
 describe.skipIf(!broker)('broker restart mid-run', () => {
   let admin: Admin;

@@ -22,6 +22,8 @@ import { AMQP_NO_ROUTE, amqpReplyCode, RabbitMqOperationError } from './errors.j
 export class ConfirmedPublisher {
   private static readonly byChannel = new WeakMap<ConfirmChannel, ConfirmedPublisher>();
   private readonly returned = new Set<string>();
+  /** Outcomes still awaited for publishes whose confirm timed out (resolved 'unknown' on close). */
+  private readonly late = new Set<(outcome: LateConfirm) => void>();
   private closed = false;
 
   private constructor(readonly channel: ConfirmChannel) {
@@ -32,6 +34,9 @@ export class ConfirmedPublisher {
     });
     channel.on('close', () => {
       this.closed = true;
+      for (const resolve of [...this.late]) resolve('unknown');
+      this.late.clear();
+      this.returned.clear();
     });
   }
 
@@ -66,20 +71,28 @@ export class ConfirmedPublisher {
   ): Promise<void> {
     const publishId = randomUUID();
     const headers = { ...(options.headers ?? {}), [PUBLISH_ID_HEADER]: publishId };
+    // After a timeout the broker may still confirm: whoever published can learn the outcome.
+    let answerLate: ((outcome: LateConfirm) => void) | undefined;
     return new Promise<void>((resolve, reject) => {
       let settled = false;
       const finish = (error?: Error) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        this.returned.delete(publishId);
         if (error) reject(error);
         else resolve();
       };
-      const timer = setTimeout(
-        () => finish(new RabbitMqOperationError(operation, `no publisher confirm within ${timeoutMs} ms`)),
-        timeoutMs,
-      );
+      const timer = setTimeout(() => {
+        const lateConfirm = new Promise<LateConfirm>((resolveLate) => {
+          answerLate = (outcome) => {
+            this.late.delete(answerLate!);
+            resolveLate(outcome);
+          };
+          this.late.add(answerLate);
+          if (this.closed) answerLate('unknown');
+        });
+        finish(new ConfirmTimeoutError(operation, timeoutMs, lateConfirm));
+      }, timeoutMs);
       timer.unref?.();
       try {
         this.channel.publish(
@@ -88,6 +101,8 @@ export class ConfirmedPublisher {
           content,
           { ...options, headers, mandatory: true },
           (error) => {
+            const returned = this.returned.delete(publishId);
+            answerLate?.(error ? 'nack' : returned ? 'returned' : 'ack');
             if (error) {
               finish(
                 new RabbitMqOperationError(
@@ -97,7 +112,7 @@ export class ConfirmedPublisher {
                   { cause: error },
                 ),
               );
-            } else if (this.returned.has(publishId)) {
+            } else if (returned) {
               finish(
                 new RabbitMqOperationError(
                   operation,
@@ -123,6 +138,24 @@ export class ConfirmedPublisher {
         );
       }
     });
+  }
+}
+
+/** What the broker said, after all, about a publish whose confirm timed out. */
+export type LateConfirm = 'ack' | 'nack' | 'returned' | 'unknown';
+
+/**
+ * No publisher confirm within the timeout. The broker may still have the message:
+ * `lateConfirm` resolves with its answer when it comes (`'unknown'` if the channel
+ * closes first), so the caller can act on the outcome instead of guessing.
+ */
+export class ConfirmTimeoutError extends RabbitMqOperationError {
+  constructor(
+    operation: string,
+    timeoutMs: number,
+    readonly lateConfirm: Promise<LateConfirm>,
+  ) {
+    super(operation, `no publisher confirm within ${timeoutMs} ms`);
   }
 }
 

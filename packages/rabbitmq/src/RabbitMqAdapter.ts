@@ -32,6 +32,8 @@ import type { ResolvedOptions } from './options.js';
 import { type CopyPublisher, RabbitMqDelivery } from './RabbitMqDelivery.js';
 import { declareTopology, delayQueueName, delayQueueOptions, retryDelayBucket } from './topology.js';
 
+/** Unacked deliveries a quorum queue hands one consumer at most (RabbitMQ docs, confirms.md). */
+const QUORUM_PREFETCH_CAP = 2000;
 /** Dead-letter details are cut to this many characters (AMQP header tables are small). */
 const MAX_DETAIL_CHARS = 2000;
 
@@ -82,6 +84,8 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
   private recoveryAttempt = 0;
   private readonly requeueTimers = new Set<NodeJS.Timeout>();
   private serverVersionText: string | undefined;
+  /** Index of the `url` the next connect tries first. */
+  private nextUrl = 0;
 
   constructor(
     readonly options: ResolvedOptions,
@@ -109,6 +113,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     const connection = await this.openConnection();
     try {
       this.checkConsumerTimeout(runtime);
+      this.checkQuorumLimits();
       await this.prepareTopology(connection, true);
       await this.openConsumerChannel(connection);
     } catch (error) {
@@ -175,10 +180,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
   private async openConnection(): Promise<ChannelModel> {
     const connectionName =
       this.options.connectionName ?? `oncely:${this.adapterOptions.consumerName}:${this.options.queue}`;
-    const connection = await connect(connectionUrl(this.options), {
-      ...this.options.socketOptions,
-      clientProperties: { connection_name: connectionName },
-    });
+    const connection = await this.connectToAny(connectionName);
     if (this.closed) {
       await connection.close().catch(() => {});
       throw new RabbitMqOperationError('connect', 'the adapter was closed while connecting');
@@ -192,6 +194,28 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     );
     connection.on('unblocked', () => this.log.info('RabbitMQ unblocked the connection'));
     return connection;
+  }
+
+  /**
+   * Connects to the first of `url`s that answers, starting after the one used last, so a
+   * cluster node that went away is not tried first again.
+   */
+  private async connectToAny(connectionName: string): Promise<ChannelModel> {
+    const { urls } = this.options;
+    let lastError: unknown;
+    for (let tried = 0; tried < urls.length; tried++) {
+      const url = urls[this.nextUrl % urls.length]!;
+      this.nextUrl = (this.nextUrl + 1) % urls.length;
+      try {
+        return await connect(connectionUrl(url, this.options.heartbeatSeconds), {
+          ...this.options.socketOptions,
+          clientProperties: { connection_name: connectionName },
+        });
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    throw lastError;
   }
 
   /** Declares (assertQueue) or checks the topology; turns broker refusals into a clear misconfiguration. */
@@ -248,15 +272,27 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     // would take messages this consumer cannot start (and that an idle competitor could),
     // so the consumer comes back once a slot is free.
     if (this.runtime && (await this.runtime.whenReady()) === 0) return;
-    if (!current.alive || this.current !== current || this.paused || this.stopped) return;
-    await this.consumeOn(current);
+    // Consume inside the same serialization as pause/resume/stop: a resume() during the
+    // wait above may already have consumed on this channel, and a second basic.consume
+    // would leave two consumers, of which stop() cancels only the one it knows.
+    await this.serialize(async () => {
+      if (!current.alive || this.current !== current || this.paused || this.stopped) return;
+      if (current.consumerTag !== undefined) return;
+      await this.consumeOn(current);
+    });
   }
 
+  /** Only ever called inside {@link serialize}, so at most one consumer exists per channel. */
   private async consumeOn(current: DeliveryChannel): Promise<void> {
+    const { consumerPriority, consumeArguments } = this.options;
     const { consumerTag } = await current.channel.consume(
       this.options.queue,
       (msg) => this.onMessage(current, msg),
-      { noAck: false },
+      {
+        noAck: false,
+        ...(consumerPriority !== undefined ? { priority: consumerPriority } : {}),
+        ...(Object.keys(consumeArguments).length > 0 ? { arguments: { ...consumeArguments } } : {}),
+      },
     );
     current.consumerTag = consumerTag;
     // pause() or stop() may have run while the consume was on the wire.
@@ -308,11 +344,11 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     this.recovering = true;
     try {
       let connection = this.connection;
-      if (!connection) {
-        connection = await this.openConnection();
-        // The broker may have restarted and lost non-durable state: declare again.
-        await this.prepareTopology(connection, false);
-      }
+      if (!connection) connection = await this.openConnection();
+      // Declare again (assertQueue) after any loss, not only a lost connection: the broker
+      // may have restarted and lost non-durable state, or the queue was deleted (the broker
+      // then cancels the consumer, and consuming from a missing queue fails with 404).
+      await this.prepareTopology(connection, false);
       if (!this.current && !this.stopped) await this.openConsumerChannel(connection);
       if (!this.stopped && !this.current?.alive) {
         throw new RabbitMqOperationError(
@@ -504,6 +540,27 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     }
   }
 
+  /** Quorum-queue limits that make the broker act before the consumer does. */
+  private checkQuorumLimits(): void {
+    const { queueType, deliveryLimit, queue } = this.options;
+    if (queueType !== 'quorum') return;
+    const { maxAttempts } = this.adapterOptions;
+    if (deliveryLimit !== undefined && maxAttempts !== undefined && deliveryLimit <= maxAttempts) {
+      // Before RabbitMQ 4.3 every requeue (releases at stop and during store outages
+      // included) raises x-delivery-count, so the broker would dead-letter, without a
+      // reason, messages the consumer still means to retry.
+      throw new BrokerMisconfiguredError(
+        `deliveryLimit ${deliveryLimit} of quorum queue '${queue}' is not above maxAttempts ${maxAttempts}: the broker would dead-letter (without a reason) before the consumer does; raise broker.deliveryLimit well above maxAttempts`,
+      );
+    }
+    if (this.prefetch > QUORUM_PREFETCH_CAP) {
+      this.log.warn(
+        `rabbitmq: prefetch ${this.prefetch} is above the ${QUORUM_PREFETCH_CAP} a quorum queue delivers unacked to one consumer: the surplus is never used`,
+        { queue },
+      );
+    }
+  }
+
   private serialize(step: () => Promise<void>): Promise<void> {
     const next = this.control.then(step);
     this.control = next.catch(() => {});
@@ -564,11 +621,11 @@ function misconfigured(error: unknown, options: ResolvedOptions): unknown {
   return error;
 }
 
-function connectionUrl(options: ResolvedOptions): string {
-  if (options.heartbeatSeconds === undefined) return options.url;
-  const url = new URL(options.url);
-  url.searchParams.set('heartbeat', String(options.heartbeatSeconds));
-  return url.toString();
+function connectionUrl(url: string, heartbeatSeconds: number | undefined): string {
+  if (heartbeatSeconds === undefined) return url;
+  const parsed = new URL(url);
+  parsed.searchParams.set('heartbeat', String(heartbeatSeconds));
+  return parsed.toString();
 }
 
 function serverVersionOf(connection: ChannelModel): string | undefined {

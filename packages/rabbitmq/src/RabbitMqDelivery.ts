@@ -1,5 +1,6 @@
 import type { DeadLetterReason, Delivery, Envelope, SettlementInfo } from '@oncely/core';
 import type { ConsumeMessage } from 'amqplib';
+import { ConfirmTimeoutError } from './ConfirmedPublisher.js';
 import type { DeliveryChannel } from './DeliveryChannel.js';
 import { attemptsSoFar } from './envelope.js';
 import { ChannelClosedError, RabbitMqOperationError } from './errors.js';
@@ -93,6 +94,8 @@ export class RabbitMqDelivery implements Delivery {
     await this.publishThenAck(
       () => this.host.publishDeadLetter(this.msg, this.attempts(info), reason, detail),
       REQUEUE_AFTER_FAILED_COPY_MS,
+      true,
+      info,
     );
   }
 
@@ -104,15 +107,55 @@ export class RabbitMqDelivery implements Delivery {
     return info?.attempt ?? attemptsSoFar(this.msg, this.envelope);
   }
 
-  private async publishThenAck(publish: () => Promise<void>, requeueAfterMs: number): Promise<void> {
+  /**
+   * Publishes a copy, then acks the original. When the copy fails the original is not
+   * acked: it is given back later. `park` (dead letters): instead of holding the
+   * original unacked (a prefetch slot) and requeueing it to the head of the queue, where
+   * it fails again and starves the messages behind it for as long as the dead-letter
+   * route is down, park it in the delay queue and ack it; it comes back after the delay
+   * to try again.
+   */
+  private async publishThenAck(
+    publish: () => Promise<void>,
+    requeueAfterMs: number,
+    park = false,
+    info?: SettlementInfo,
+  ): Promise<void> {
+    const giveBack = () => {
+      if (park && this.host.retryMode === 'topology' && this.channel.alive) {
+        void this.host.publishRetryCopy(this.msg, this.attempts(info), requeueAfterMs).then(
+          () => this.ackIfAlive(),
+          () => this.host.requeueLater(this.channel, this.msg, requeueAfterMs),
+        );
+        return;
+      }
+      this.host.requeueLater(this.channel, this.msg, requeueAfterMs);
+    };
     try {
       await publish();
     } catch (error) {
-      if (!(error instanceof ChannelClosedError))
-        this.host.requeueLater(this.channel, this.msg, requeueAfterMs);
+      if (error instanceof ConfirmTimeoutError) {
+        // The copy may still be confirmed: requeueing the original now would leave the
+        // message on two lines (the copy and the original). Settle on the broker's answer.
+        void error.lateConfirm.then((outcome) => {
+          if (outcome === 'ack') this.ackIfAlive();
+          else giveBack();
+        });
+      } else if (!(error instanceof ChannelClosedError)) {
+        giveBack();
+      }
       throw error;
     }
     this.channel.settle('ack', this.msg);
+  }
+
+  /** The copy was confirmed late: the original is done (if its channel is gone, the broker redelivers it and the marker or the copy's count handles it). */
+  private ackIfAlive(): void {
+    try {
+      this.channel.settle('ack', this.msg);
+    } catch {
+      // ChannelClosedError: nothing left to settle here.
+    }
   }
 
   private claim(operation: string): void {

@@ -32,15 +32,28 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   const maxAttempts = config.maxAttempts ?? 5;
 
   let connection: ChannelModel | undefined;
-  try {
-    connection = await connect(options.url, {
-      ...options.socketOptions,
-      clientProperties: { connection_name: `oncely-doctor:${config.name}` },
-    });
-    connection.on('error', () => {});
-  } catch (error) {
-    findings.push({ level: 'error', message: `cannot connect to RabbitMQ: ${errorText(error)}` });
+  const refused: string[] = [];
+  for (const url of options.urls) {
+    try {
+      connection = await connect(url, {
+        ...options.socketOptions,
+        clientProperties: { connection_name: `oncely-doctor:${config.name}` },
+      });
+      connection.on('error', () => {});
+      break;
+    } catch (error) {
+      refused.push(errorText(error));
+    }
+  }
+  if (!connection) {
+    findings.push({ level: 'error', message: `cannot connect to RabbitMQ: ${refused.join('; ')}` });
     return report;
+  }
+  if (refused.length > 0) {
+    findings.push({
+      level: 'warn',
+      message: `${refused.length} of ${options.urls.length} URLs refused: ${refused.join('; ')}`,
+    });
   }
   try {
     const version = (connection.connection as { serverProperties?: { version?: unknown } }).serverProperties

@@ -60,7 +60,8 @@ export interface CountingRules {
  * Maps an amqplib delivery to the core's envelope: `properties.messageId` as the
  * producer ID, headers as string attributes, and the delivery count where it can be known.
  *
- * Counting (the core uses `deliveryCount` when set, else its advisory store counter):
+ * Counting (the core uses `deliveryCount` only to tell a first delivery from a possible
+ * redelivery; the attempt number is its store counter, which counts failures):
  * - quorum queue: `x-oncely-attempts` (retry copies) + `x-delivery-count` (the broker's
  *   count of failed deliveries of this copy) + 1. Exact, crashes included.
  * - classic queue, first delivery of a message or of a retry copy (`redelivered` false):

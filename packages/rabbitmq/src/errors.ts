@@ -52,7 +52,7 @@ export class ChannelClosedError extends LeaseLostError {
  *
  * @example
  * ```ts
- * try { await publish(channel, { queue: 'orders' }, order); }
+ * try { await publish(channel, { queue: 'orders' }, order, { messageId: order.id }); }
  * catch (e) { if (e instanceof RabbitMqOperationError && e.replyCode === 312) console.error('no such queue'); }
  * ```
  */

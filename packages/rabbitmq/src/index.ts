@@ -29,6 +29,7 @@ export {
   RabbitMqOperationError,
 } from './errors.js';
 export type {
+  RabbitMqBinding,
   RabbitMqBrokerOptions,
   RabbitMqQueueType,
   RabbitMqRetryMode,

@@ -50,6 +50,31 @@ export interface RabbitMqTopologyOptions {
   retryDelaysMs?: readonly number[];
   /** Extra arguments of the work queue (`x-max-length`, ...), used when declaring it. */
   queueArguments?: Readonly<Record<string, unknown>>;
+  /**
+   * Declare the work queue with `x-single-active-consumer`: of all consumers only one
+   * receives at a time (the others take over when it goes), which keeps the queue's
+   * order across competing consumers. Use `concurrency: 1` too for strict order.
+   * @default false
+   */
+  singleActiveConsumer?: boolean;
+  /**
+   * Consume what producers publish to exchanges: each binding declares its exchange
+   * (durable; `type` default `'topic'`) and binds the work queue to it with the routing
+   * key (topic patterns like `orders.*.created`) or, for a headers exchange, `arguments`.
+   * @default [] (producers publish to the queue itself)
+   */
+  bindings?: readonly RabbitMqBinding[];
+}
+
+/** One exchange binding of the work queue (see `bindings`). */
+export interface RabbitMqBinding {
+  exchange: string;
+  /** @default 'topic' */
+  type?: 'direct' | 'topic' | 'fanout' | 'headers';
+  /** @default '' (fanout and headers exchanges ignore it) */
+  routingKey?: string;
+  /** Binding arguments (headers exchanges: `{ 'x-match': 'all', region: 'eu' }`). */
+  arguments?: Readonly<Record<string, unknown>>;
 }
 
 /**
@@ -62,8 +87,11 @@ export interface RabbitMqTopologyOptions {
  */
 export interface RabbitMqBrokerOptions extends RabbitMqTopologyOptions {
   type?: 'rabbitmq';
-  /** `amqp://user:pass@host:5672/vhost` or `amqps://...`. */
-  url: string;
+  /**
+   * `amqp://user:pass@host:5672/vhost` or `amqps://...`; several (a cluster's nodes) as
+   * an array: each connect tries them in turn, starting after the last one used.
+   */
+  url: string | readonly string[];
   /**
    * Unacknowledged deliveries the broker may push (`basic.qos`, per consumer). Deliveries
    * beyond the consumer's free handler slots wait in the adapter, unacked (and count
@@ -93,6 +121,14 @@ export interface RabbitMqBrokerOptions extends RabbitMqTopologyOptions {
   confirmTimeoutMs?: number;
   /** Passed to amqplib's `connect` (TLS options and the like). */
   socketOptions?: Readonly<Record<string, unknown>>;
+  /**
+   * Consumer priority (`x-priority`): the broker delivers to the highest-priority
+   * consumers that have prefetch room, lower ones get messages only when those are
+   * full or gone. @default unset (0)
+   */
+  consumerPriority?: number;
+  /** Further `basic.consume` arguments (`x-stream-offset`, ...). @default {} */
+  consumeArguments?: Readonly<Record<string, unknown>>;
 }
 
 /** Topology names with every default filled in. */
@@ -105,11 +141,17 @@ export interface ResolvedTopology {
   deliveryLimit: number | undefined;
   retryDelaysMs: readonly number[] | undefined;
   queueArguments: Readonly<Record<string, unknown>>;
+  singleActiveConsumer: boolean;
+  bindings: readonly RabbitMqBinding[];
 }
 
 /** Broker options with every default filled in. */
 export interface ResolvedOptions extends ResolvedTopology {
+  /** The first of `urls`. */
   url: string;
+  urls: readonly string[];
+  consumerPriority: number | undefined;
+  consumeArguments: Readonly<Record<string, unknown>>;
   prefetch: number | undefined;
   retry: RabbitMqRetryMode;
   assertQueue: boolean;
@@ -131,6 +173,8 @@ const TOPOLOGY_FIELDS = [
   'deliveryLimit',
   'retryDelaysMs',
   'queueArguments',
+  'singleActiveConsumer',
+  'bindings',
 ] as const;
 
 const BROKER_FIELDS = new Set<string>([
@@ -145,6 +189,8 @@ const BROKER_FIELDS = new Set<string>([
   'reconnect',
   'confirmTimeoutMs',
   'socketOptions',
+  'consumerPriority',
+  'consumeArguments',
   ...TOPOLOGY_FIELDS,
 ]);
 
@@ -176,9 +222,17 @@ export function parseBrokerOptions(broker: Readonly<Record<string, unknown>>): R
   if (broker.type !== undefined && broker.type !== 'rabbitmq') {
     throw new ConfigError(label('type'), `must be 'rabbitmq', got ${show(broker.type)}`);
   }
-  const url = broker.url;
-  if (typeof url !== 'string' || !/^amqps?:\/\//.test(url)) {
-    throw new ConfigError(label('url'), `must be an amqp:// or amqps:// URL, got ${show(redact(url))}`);
+  const urls = Array.isArray(broker.url) ? (broker.url as unknown[]) : [broker.url];
+  if (urls.length === 0) throw new ConfigError(label('url'), 'must be a URL or a non-empty list of URLs');
+  for (const url of urls) {
+    if (typeof url !== 'string' || !/^amqps?:\/\//.test(url)) {
+      throw new ConfigError(label('url'), `must be an amqp:// or amqps:// URL, got ${show(redact(url))}`);
+    }
+  }
+  const url = urls[0] as string;
+  const consumeArguments = broker.consumeArguments ?? {};
+  if (typeof consumeArguments !== 'object' || consumeArguments === null || Array.isArray(consumeArguments)) {
+    throw new ConfigError(label('consumeArguments'), 'must be an object of basic.consume arguments');
   }
   const topology = parseTopology(broker, label);
   const retry = broker.retry ?? 'topology';
@@ -226,6 +280,14 @@ export function parseBrokerOptions(broker: Readonly<Record<string, unknown>>): R
   return {
     ...topology,
     url,
+    urls: urls as string[],
+    consumerPriority: optionalInteger(
+      broker.consumerPriority,
+      -(2 ** 31),
+      2 ** 31 - 1,
+      label('consumerPriority'),
+    ),
+    consumeArguments: consumeArguments as Record<string, unknown>,
     prefetch: optionalInteger(broker.prefetch, 1, 65_535, label('prefetch')),
     retry,
     assertQueue,
@@ -286,6 +348,41 @@ export function parseTopology(
   if (typeof queueArguments !== 'object' || queueArguments === null || Array.isArray(queueArguments)) {
     throw new ConfigError(label('queueArguments'), 'must be an object of x-arguments');
   }
+  const singleActiveConsumer = options.singleActiveConsumer ?? false;
+  if (typeof singleActiveConsumer !== 'boolean') {
+    throw new ConfigError(
+      label('singleActiveConsumer'),
+      `must be true or false, got ${show(singleActiveConsumer)}`,
+    );
+  }
+  const bindings = options.bindings ?? [];
+  if (!Array.isArray(bindings))
+    throw new ConfigError(
+      label('bindings'),
+      'must be an array of { exchange, type?, routingKey?, arguments? }',
+    );
+  bindings.forEach((binding: unknown, i) => {
+    const field = `${label('bindings')}[${i}]`;
+    if (typeof binding !== 'object' || binding === null)
+      throw new ConfigError(field, 'must be { exchange, type?, routingKey?, arguments? }');
+    const b = binding as Record<string, unknown>;
+    name(b.exchange, `${field}.exchange`);
+    if (b.type !== undefined && !['direct', 'topic', 'fanout', 'headers'].includes(b.type as string)) {
+      throw new ConfigError(
+        `${field}.type`,
+        `must be 'direct', 'topic', 'fanout' or 'headers', got ${show(b.type)}`,
+      );
+    }
+    if (
+      b.routingKey !== undefined &&
+      (typeof b.routingKey !== 'string' || Buffer.byteLength(b.routingKey) > MAX_NAME_BYTES)
+    ) {
+      throw new ConfigError(`${field}.routingKey`, 'must be a string of at most 255 bytes');
+    }
+    if (b.arguments !== undefined && (typeof b.arguments !== 'object' || b.arguments === null)) {
+      throw new ConfigError(`${field}.arguments`, 'must be an object');
+    }
+  });
   return {
     queue: q,
     queueType,
@@ -295,6 +392,8 @@ export function parseTopology(
     deliveryLimit,
     retryDelaysMs,
     queueArguments: queueArguments as Record<string, unknown>,
+    singleActiveConsumer,
+    bindings: bindings as RabbitMqBinding[],
   };
 }
 

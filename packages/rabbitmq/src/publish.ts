@@ -1,17 +1,27 @@
-import { randomUUID } from 'node:crypto';
 import type { ConfirmChannel, Options } from 'amqplib';
 import { ConfirmedPublisher } from './ConfirmedPublisher.js';
+import { AMQP_NO_ROUTE, RabbitMqOperationError } from './errors.js';
 
 /** Where {@link publish} sends: straight to a queue, or to an exchange with a routing key. */
 export type PublishTarget = { queue: string } | { exchange: string; routingKey: string };
 
 export interface PublishOptions {
   /**
-   * The message's stable ID (`properties.messageId`), the consumer's default ID. Pass
-   * your business ID (order ID, event ID) and reuse it when you retry a publish: a new
-   * ID makes the retry a new message. @default a random UUID (returned)
+   * Required: the message's stable ID (`properties.messageId`), the consumer's default
+   * ID. Pass your business ID (order ID, event ID) and reuse it when you retry a
+   * publish. There is no default: a random ID would make every retried publish a new
+   * message that no consumer can recognise as a duplicate.
    */
-  messageId?: string;
+  messageId: string;
+  /**
+   * Further attempts, with the same `messageId`, after a publish the broker nacked or did
+   * not confirm within `timeoutMs` (the broker may have taken it: a duplicate is absorbed
+   * by the consumer's marker). Not retried: an unroutable message (312), a closed channel.
+   * @default 2
+   */
+  retries?: number;
+  /** Pause before the first retry, doubled for each next one. @default 200 */
+  retryDelayMs?: number;
   /** Application headers (also how an `{ attribute }` ID strategy finds its ID). */
   headers?: Record<string, unknown>;
   /** Survives a broker restart (delivery mode 2). @default true */
@@ -26,11 +36,12 @@ export interface PublishOptions {
 
 /**
  * Publishes one message with publisher confirms and resolves with its `messageId` once
- * the broker confirmed it. Rejects (`RabbitMqOperationError`) when the broker nacks it,
- * when no queue is bound to receive it (published `mandatory`: a bare confirm would
- * acknowledge a dropped message), or when no confirm arrives in time — after which a
- * retry may duplicate the message, which an Oncely consumer absorbs as long as the retry
- * keeps the same `messageId`.
+ * the broker confirmed it. A nack or a missing confirm is retried (`retries`) with the
+ * same `messageId`; a duplicate that creates is absorbed by an Oncely consumer. Rejects
+ * (`RabbitMqOperationError`) without sending anything when `messageId` is missing or
+ * empty; when no queue is bound to receive it (published `mandatory`: a bare confirm
+ * would acknowledge a dropped message); when the channel closed; or when the retries are
+ * spent.
  *
  * Bodies: a Buffer is sent as is, a string as UTF-8, anything else as JSON.
  *
@@ -45,9 +56,17 @@ export async function publish(
   channel: ConfirmChannel,
   target: PublishTarget,
   body: unknown,
-  options: PublishOptions = {},
+  options: PublishOptions,
 ): Promise<string> {
-  const messageId = options.messageId ?? randomUUID();
+  const messageId = options?.messageId;
+  if (typeof messageId !== 'string' || messageId === '') {
+    throw new RabbitMqOperationError(
+      'publish',
+      'options.messageId is required: pass a stable ID (an order or event ID) and reuse it when you retry, so the consumer can recognise a duplicate',
+    );
+  }
+  const retries = options.retries ?? 2;
+  const retryDelayMs = options.retryDelayMs ?? 200;
   const isJson = !(Buffer.isBuffer(body) || typeof body === 'string');
   const content = Buffer.isBuffer(body)
     ? body
@@ -64,13 +83,18 @@ export async function publish(
   };
   const [exchange, routingKey] =
     'queue' in target ? ['', target.queue] : [target.exchange, target.routingKey];
-  await ConfirmedPublisher.for(channel).send(
-    exchange,
-    routingKey,
-    content,
-    properties,
-    'publish',
-    options.timeoutMs,
-  );
-  return messageId;
+  const publisher = ConfirmedPublisher.for(channel);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await publisher.send(exchange, routingKey, content, properties, 'publish', options.timeoutMs);
+      return messageId;
+    } catch (error) {
+      const final =
+        attempt >= retries ||
+        !publisher.open ||
+        (error instanceof RabbitMqOperationError && error.replyCode === AMQP_NO_ROUTE);
+      if (final) throw error;
+      await new Promise((resolve) => setTimeout(resolve, retryDelayMs * 2 ** attempt));
+    }
+  }
 }

@@ -80,6 +80,10 @@ export async function declareTopology(
     topology.deadLetterRoutingKey,
   );
   await channel.assertQueue(topology.queue, workQueueOptions(topology));
+  for (const binding of topology.bindings) {
+    await channel.assertExchange(binding.exchange, binding.type ?? 'topic', { durable: true });
+    await channel.bindQueue(topology.queue, binding.exchange, binding.routingKey ?? '', binding.arguments);
+  }
   const delayQueues: string[] = [];
   for (const delay of topology.retryDelaysMs ?? []) {
     const name = delayQueueName(topology.queue, delay);
@@ -112,6 +116,7 @@ export function workQueueOptions(topology: ResolvedTopology): Options.AssertQueu
       'x-dead-letter-exchange': topology.deadLetterExchange,
       'x-dead-letter-routing-key': topology.deadLetterRoutingKey,
       ...(topology.deliveryLimit !== undefined ? { 'x-delivery-limit': topology.deliveryLimit } : {}),
+      ...(topology.singleActiveConsumer ? { 'x-single-active-consumer': true } : {}),
       ...topology.queueArguments,
     },
   };

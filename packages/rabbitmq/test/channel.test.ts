@@ -126,6 +126,56 @@ describe.skipIf(!available)('RabbitMqAdapter channels (real RabbitMQ)', () => {
     expect(await raw.ready(queue)).toBe(0);
   });
 
+  // Issue 11, RabbitMQ 1: after a reconnect the adapter waited for a free slot and then
+  // consumed outside the pause/resume/stop serialization, so a resume() during that wait
+  // consumed first and the wait consumed again: two consumers on one channel, and stop()
+  // cancelled only the last one, leaving the other taking (and, on a quorum queue with a
+  // delivery limit, dead-lettering) messages during the stop drain.
+  it('a pause/resume while a reconnected channel waits for a slot leaves one consumer, and stop() leaves none', async () => {
+    const queue = unique('onecons');
+    const name = unique('oncely-test-onecons');
+    const adapter = adapterFor(queue, name, { prefetch: 1 });
+    const runtime = recordingRuntime(1);
+    // Slots are "full" while `gate` is closed: the reconnected channel must wait.
+    let gate: { promise: Promise<void>; open(): void } | undefined;
+    let waiting = 0;
+    runtime.whenReady = async () => {
+      if (gate) {
+        waiting++;
+        await gate.promise;
+      }
+      return 1;
+    };
+    await adapter.start(runtime);
+    const consumers = async () => {
+      const ch = await raw.freshChannel();
+      try {
+        return (await ch.checkQueue(queue)).consumerCount;
+      } finally {
+        await ch.close().catch(() => {});
+      }
+    };
+    expect(await consumers()).toBe(1);
+
+    let open!: () => void;
+    gate = { promise: new Promise<void>((resolve) => (open = resolve)), open: () => open() };
+    expect(await closeConnectionsServerSide(name)).toBe(1);
+    await waitFor(() => waiting > 0, 'the reconnected channel to wait for a slot', 20_000);
+    // The core pauses and resumes (a store outage and its end) while the channel waits.
+    await adapter.pause();
+    await adapter.resume();
+    gate.open();
+    gate = undefined;
+    await waitFor(async () => (await consumers()) >= 1, 'the consumer to come back');
+    // Let any second basic.consume land before counting.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await consumers()).toBe(1);
+
+    await adapter.stop();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(await consumers()).toBe(0);
+  });
+
   it('re-creates the consumer after the broker cancels it (queue deleted and declared again)', async () => {
     const queue = unique('cancel');
     const adapter = adapterFor(queue, unique('oncely-test-cancel'));
@@ -146,6 +196,33 @@ describe.skipIf(!available)('RabbitMqAdapter channels (real RabbitMQ)', () => {
     await ch.close();
     await raw.publish(queue, [{ id: 'after-cancel' }]);
     await waitFor(() => runtime.deliveries.length === 1, 'a delivery after the re-created consumer', 20_000);
+    await runtime.deliveries[0]!.ack();
+  });
+
+  // Issue 11, RabbitMQ 4: the topology was declared again only after a lost connection;
+  // after the broker cancelled the consumer because its queue was deleted, the adapter
+  // re-created the channel and failed to consume (404) forever.
+  it('a deleted queue is declared again on recovery (assertQueue) and consumed', async () => {
+    const queue = unique('redeclare');
+    const adapter = adapterFor(queue, unique('oncely-test-redeclare'));
+    const runtime = recordingRuntime(2);
+    await adapter.start(runtime);
+    await raw.deleteQueues(queue);
+    await waitFor(() => runtime.errors.some((e) => e.context.includes('cancelled')), 'the broker cancel');
+    const exists = async () => {
+      const ch = await raw.freshChannel();
+      try {
+        await ch.checkQueue(queue);
+        return true;
+      } catch {
+        return false;
+      } finally {
+        await ch.close().catch(() => {});
+      }
+    };
+    await waitFor(exists, 'the adapter to declare the queue again', 20_000);
+    await raw.publish(queue, [{ id: 'after-delete' }]);
+    await waitFor(() => runtime.deliveries.length === 1, 'a delivery from the re-declared queue', 20_000);
     await runtime.deliveries[0]!.ack();
   });
 

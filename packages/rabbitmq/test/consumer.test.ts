@@ -1,3 +1,5 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import {
   type Consumer,
   type ConsumerEvent,
@@ -38,6 +40,7 @@ import {
 // real PostgreSQL store. Every effect is a row written through ctx.tx and counted in
 // the database.
 const available = await servicesAvailable();
+const run = promisify(execFile);
 
 type Body = { id?: string; n?: number };
 
@@ -200,6 +203,36 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     });
   }
 
+  // Issue 11, RabbitMQ 4: a retry copy whose confirm came after confirmTimeoutMs was
+  // treated as not sent: the original was requeued too, and the message then ran on two
+  // lines (the copy and the original), each retrying on its own.
+  it('a retry copy confirmed after the confirm timeout acks the original instead of requeueing it', async () => {
+    const queue = unique('late_confirm');
+    topologyCleanup(queue, [200]);
+    const runs: number[] = [];
+    const consumer = consumerFor(queue, {
+      maxAttempts: 5,
+      // Shorter than any persistent-message confirm on a durable queue.
+      broker: { confirmTimeoutMs: 1, retryDelaysMs: [200] },
+      handler: async (message, ctx) => {
+        runs.push(ctx.attempt);
+        await ctx.tx.query(`INSERT INTO "${db.schema}".effects(message_id) VALUES ($1)`, [message.id]);
+        if (ctx.attempt < 2) throw new Error('first run fails');
+      },
+    });
+    const events = recordEvents(consumer);
+    await consumer.start();
+    await raw.publish(queue, [{ id: `${queue}-m`, body: {} }]);
+    await waitFor(() => events('processed').length === 1, 'the retry to succeed', 20_000);
+    // The original would come back after 5 s (the requeue after a failed copy).
+    await new Promise((resolve) => setTimeout(resolve, 7000));
+    expect(events('duplicate'), 'runs of the same message on a second line').toHaveLength(0);
+    expect(runs).toEqual([1, 2]);
+    expect((await db.effects()).get(`${queue}-m`)).toBe(1);
+    await consumer.stop();
+    expect(await raw.ready(queue)).toBe(0);
+  });
+
   it('dead-letters poison messages with the reason in headers and leaves the rest of the stream alone', async () => {
     const queue = unique('poison');
     topologyCleanup(queue, [200, 400]);
@@ -285,7 +318,8 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
   // basic.return turns the confirm into a failure, so the original is kept and retried.
   it('a dead letter nobody can receive is not confirmed as sent; the original comes back and is dead-lettered once the route exists', async () => {
     const queue = unique('unroutable');
-    topologyCleanup(queue);
+    // The original waits in the 5 s delay queue between tries (parked, not held).
+    topologyCleanup(queue, [5000]);
     const consumer = consumerFor(queue);
     const events = recordEvents(consumer);
     await consumer.start();
@@ -294,6 +328,42 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     await raw.publish(queue, [{ body: { note: 'no id' } }]);
     await waitFor(() => events('ackFailed').length === 1, 'the unroutable dead letter');
     expect((events('ackFailed')[0]!.error as RabbitMqOperationError).replyCode).toBe(312);
+    await ch.bindQueue(`${queue}.dlq`, `${queue}.dlx`, queue);
+    await ch.close();
+    await waitFor(
+      () => events('deadLettered').length === 1,
+      'the dead letter after the route is back',
+      20_000,
+    );
+    await consumer.stop();
+    const dead = await raw.drain(`${queue}.dlq`);
+    expect(dead.map((m) => m.properties.headers?.[REASON_HEADER])).toEqual(['missing-id']);
+    expect(await raw.ready(queue)).toBe(0);
+  });
+
+  // Issue 11, RabbitMQ 4 (requeueLater holding originals during a DLX outage): a dead
+  // letter that cannot be published kept its original unacked for 5 s, then requeued it
+  // to the head of the queue, where it failed again: with prefetch 1 the healthy messages
+  // behind it never ran until the dead-letter route came back.
+  it('during a dead-letter outage the messages behind a poison one still run', async () => {
+    const queue = unique('dlx_outage');
+    topologyCleanup(queue, [5000]);
+    const handled: string[] = [];
+    const consumer = consumerFor(queue, {
+      concurrency: 1,
+      broker: { prefetch: 1 },
+      handler: async (message, ctx) => {
+        handled.push(message.id);
+        await ctx.tx.query(`INSERT INTO "${db.schema}".effects(message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    const events = recordEvents(consumer);
+    await consumer.start();
+    const ch = await raw.freshChannel();
+    await ch.unbindQueue(`${queue}.dlq`, `${queue}.dlx`, queue);
+    await raw.publish(queue, [{ body: { note: 'no id' } }, { id: 'healthy-1' }, { id: 'healthy-2' }]);
+    await waitFor(() => handled.length === 2, 'the healthy messages during the outage', 15_000);
+    expect(events('deadLettered')).toHaveLength(0);
     await ch.bindQueue(`${queue}.dlq`, `${queue}.dlx`, queue);
     await ch.close();
     await waitFor(
@@ -503,7 +573,7 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     expect(seen).toEqual(['order-7']);
   });
 
-  it('publish() resolves with the messageId once confirmed, and rejects a message no queue receives', async () => {
+  it('publish() resolves with the messageId once confirmed, refuses a message without one, and rejects a message no queue receives', async () => {
     const queue = unique('publish');
     topologyCleanup(queue);
     const seen: Array<{ id: string; body: unknown; viaFunction: string }> = [];
@@ -520,12 +590,28 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     try {
       const id = await publish(channel, { queue }, { id: 'x', n: 1 }, { messageId: 'order-1' });
       expect(id).toBe('order-1');
-      const generated = await publish(channel, { queue }, { id: 'y', n: 2 });
-      expect(generated).toMatch(/^[0-9a-f-]{36}$/);
+      // Issue 11: a publish without an ID used to get a random UUID, so a retried publish
+      // was a new message the consumer could not catch. It is refused, nothing is sent.
+      for (const options of [undefined, {}, { messageId: '' }]) {
+        const missing = await publish(channel, { queue }, { id: 'y', n: 2 }, options as never).then(
+          (id) => id,
+          (e: unknown) => e,
+        );
+        expect(missing).toBeInstanceOf(RabbitMqOperationError);
+        expect(String((missing as Error).message)).toMatch(/messageId/);
+      }
+      const second = await publish(channel, { queue }, { id: 'y', n: 2 }, { messageId: 'order-2' });
+      expect(second).toBe('order-2');
       await waitFor(() => seen.length === 2, 'both published messages');
-      expect(seen.map((s) => s.id).sort()).toEqual([`fn:${generated}`, 'fn:order-1'].sort());
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(seen.map((s) => s.id).sort()).toEqual(['fn:order-1', 'fn:order-2']);
       expect(seen.find((s) => s.id === 'fn:order-1')?.body).toEqual({ id: 'x', n: 1 });
-      const error = await publish(channel, { queue: unique('nobody-home') }, {}).then(
+      const error = await publish(
+        channel,
+        { queue: unique('nobody-home') },
+        {},
+        { messageId: 'lost-1' },
+      ).then(
         () => undefined,
         (e: unknown) => e,
       );
@@ -534,6 +620,124 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     } finally {
       await channel.close().catch(() => {});
     }
+  });
+
+  // Issue 11, RabbitMQ 4: deliveryLimit <= maxAttempts was only reported by diagnose();
+  // the broker then dead-letters (with no reason) before the consumer's own limit.
+  it('refuses to start a quorum queue whose deliveryLimit is not above maxAttempts; warns above the quorum prefetch cap', async () => {
+    const queue = unique('limit');
+    topologyCleanup(queue);
+    const consumer = consumerFor(queue, {
+      maxAttempts: 3,
+      broker: { queueType: 'quorum', deliveryLimit: 3 },
+    });
+    const error = await consumer.start().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isOncelyError(error, 'BROKER_MISCONFIGURED'), String(error)).toBe(true);
+    expect(String((error as Error).message)).toMatch(/deliveryLimit 3 .*maxAttempts 3/);
+
+    const warnings: string[] = [];
+    const logger = { ...silentLogger, warn: (message: string) => warnings.push(message) };
+    const cappedQueue = unique('limit');
+    topologyCleanup(cappedQueue);
+    const capped = consumerFor(cappedQueue, {
+      maxAttempts: 3,
+      logger,
+      broker: { queueType: 'quorum', deliveryLimit: 10, prefetch: 2500 },
+    });
+    await capped.start();
+    expect(
+      warnings.some((w) => /prefetch 2500 .*2000/.test(w)),
+      warnings.join('\n'),
+    ).toBe(true);
+  });
+
+  it('options: exchange bindings, single active consumer, consumer priority and arguments, several URLs', async () => {
+    const queue = unique('opts');
+    const exchange = unique('opts_x');
+    topologyCleanup(queue);
+    cleanups.push(async () => {
+      const ch = await raw.freshChannel();
+      await ch.deleteExchange(exchange).catch(() => {});
+      await ch.close().catch(() => {});
+    });
+    const seen: string[][] = [[], []];
+    const make = (n: number) =>
+      consumerFor(queue, {
+        name: `c-${queue}`,
+        concurrency: 1,
+        handler: async (message) => {
+          seen[n]!.push(message.id);
+        },
+        broker: {
+          // A closed port first: the next URL is used.
+          url: ['amqp://guest:guest@127.0.0.1:1', RABBITMQ_URL],
+          bindings: [{ exchange, type: 'topic', routingKey: 'orders.*.created' }],
+          singleActiveConsumer: true,
+          consumerPriority: 5,
+          consumeArguments: { 'x-oncely-test': 'yes' },
+        },
+      });
+    const first = make(0);
+    const second = make(1);
+    await first.start();
+    await second.start();
+    const channel = await raw.connection.createConfirmChannel();
+    channel.on('error', () => {});
+    try {
+      await publish(
+        channel,
+        { exchange, routingKey: 'orders.eu.created' },
+        { n: 1 },
+        { messageId: 'via-exchange-1' },
+      );
+      await publish(
+        channel,
+        { exchange, routingKey: 'orders.us.created' },
+        { n: 2 },
+        { messageId: 'via-exchange-2' },
+      );
+      // Not matching the binding: unroutable, refused by publish().
+      await expect(
+        publish(channel, { exchange, routingKey: 'orders.eu.deleted' }, {}, { messageId: 'not-bound' }),
+      ).rejects.toBeInstanceOf(RabbitMqOperationError);
+    } finally {
+      await channel.close().catch(() => {});
+    }
+    await waitFor(() => seen[0]!.length + seen[1]!.length === 2, 'both messages');
+    // Single active consumer: one consumer got everything.
+    expect(seen.map((s) => s.length).sort()).toEqual([0, 2]);
+    const ch = await raw.freshChannel();
+    try {
+      expect((await ch.checkQueue(queue)).consumerCount).toBe(2);
+    } finally {
+      await ch.close().catch(() => {});
+    }
+    const { stdout } = await run('rabbitmqctl', [
+      '-q',
+      'list_consumers',
+      '--no-table-headers',
+      'queue_name',
+      'arguments',
+    ]);
+    const lines = stdout
+      .split('\n')
+      .filter((line) => line.startsWith(`${queue}\t`) || line.startsWith(`${queue} `));
+    expect(lines).toHaveLength(2);
+    for (const line of lines) expect(line).toMatch(/x-priority.*5/);
+    for (const line of lines) expect(line).toMatch(/x-oncely-test/);
+    const report = await diagnose({
+      name: `c-${queue}`,
+      broker: { type: 'rabbitmq', url: ['amqp://guest:guest@127.0.0.1:1', RABBITMQ_URL], queue },
+      store: db.store,
+      handler: async () => {},
+    });
+    expect(report.findings.some((f) => f.level === 'warn' && /1 of 2 URLs refused/.test(f.message))).toBe(
+      true,
+    );
+    expect(report.findings.some((f) => /cannot connect/.test(f.message))).toBe(false);
   });
 
   // Must catch: a handler budget longer than the broker's delivery timeout going unnoticed

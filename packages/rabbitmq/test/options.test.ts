@@ -63,6 +63,13 @@ describe('parseBrokerOptions', () => {
     [{ url, queue: 'q', reconnect: { initialMs: 500, maxMs: 100 } }, 'broker.reconnect.maxMs'],
     [{ url, queue: 'q', prefech: 5 }, 'broker.prefech'],
     [{ type: 'sqs', url, queue: 'q' }, 'broker.type'],
+    [{ url: [], queue: 'q' }, 'broker.url'],
+    [{ url: [url, 'http://x'], queue: 'q' }, 'broker.url'],
+    [{ url, queue: 'q', singleActiveConsumer: 'yes' }, 'broker.singleActiveConsumer'],
+    [{ url, queue: 'q', bindings: [{ routingKey: 'a' }] }, 'broker.bindings[0].exchange'],
+    [{ url, queue: 'q', bindings: [{ exchange: 'e', type: 'x-delayed' }] }, 'broker.bindings[0].type'],
+    [{ url, queue: 'q', consumerPriority: 1.5 }, 'broker.consumerPriority'],
+    [{ url, queue: 'q', consumeArguments: [] }, 'broker.consumeArguments'],
   ])('rejects %j naming %s', (broker, field) => {
     expect(configError(() => parseBrokerOptions(broker as Record<string, unknown>)).field).toBe(field);
   });

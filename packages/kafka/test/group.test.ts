@@ -1,0 +1,254 @@
+/**
+ * Group behaviour of the adapter itself (a stand-in for the core decides when slots are
+ * free), against the real broker: a member waiting for a slot must still let the group
+ * rebalance, and close() must not wait forever for a handler.
+ */
+import { silentLogger } from '@oncely/core';
+import { KafkaAdapter, type KafkaBrokerOptions } from '@oncely/kafka';
+import type { Admin, Kafka, Producer } from 'kafkajs';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createTopic, kafkaClient, publish, testBrokers, uniqueName } from './support/kafka.js';
+import { type ControlledRuntime, controlledRuntime } from './support/runtime.js';
+import { until } from './support/store.js';
+
+const brokers = testBrokers();
+
+describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () => {
+  let kafka: Kafka;
+  let admin: Admin;
+  let producer: Producer;
+  const cleanups: Array<() => Promise<unknown>> = [];
+
+  beforeAll(() => {
+    kafka = kafkaClient(brokers!, 'oncely-group-test');
+  });
+  // Clients per test: kafkajs keeps refreshing the metadata of every topic a client ever
+  // used, and fails once a previous test's topic is deleted.
+  beforeEach(async () => {
+    admin = kafka.admin();
+    producer = kafka.producer({ allowAutoTopicCreation: false });
+    await Promise.all([admin.connect(), producer.connect()]);
+  });
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
+    await Promise.allSettled([admin.disconnect(), producer.disconnect()]);
+  });
+
+  function member(
+    name: string,
+    broker: Omit<KafkaBrokerOptions, 'brokers' | 'topic'> & { topic: string },
+    runtime: ControlledRuntime,
+  ): KafkaAdapter {
+    const adapter = new KafkaAdapter(
+      {
+        type: 'kafka',
+        brokers: brokers!,
+        fromBeginning: true,
+        maxWaitTimeInMs: 200,
+        sessionTimeout: 6000,
+        heartbeatInterval: 500,
+        ...broker,
+      },
+      { consumerName: name, log: silentLogger },
+    );
+    cleanups.push(async () => {
+      runtime.stop();
+      runtime.outage = false;
+      await adapter.stop();
+      await adapter.close();
+    });
+    return adapter;
+  }
+
+  async function stableMembers(groupId: string): Promise<number> {
+    const { groups } = await admin.describeGroups([groupId]);
+    const group = groups[0];
+    return group?.state === 'Stable' ? group.members.length : -1;
+  }
+
+  // Issue 11, Kafka 1: during a store outage the core's whenReady() waits, and the
+  // batch waiting for a slot only checked stopRequested. Its heartbeats saw
+  // REBALANCE_IN_PROGRESS but eachBatch never returned, so kafkajs could not rejoin and
+  // a new member's join waited the whole rebalanceTimeout (until the waiting members
+  // were evicted).
+  it('members waiting out a store outage let a new member join within a few heartbeats', async () => {
+    const topic = uniqueName('outage-join');
+    const groupId = uniqueName('outage-join-group');
+    await createTopic(admin, topic, 4);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const rebalanceTimeout = 30_000;
+    const runtimes = [controlledRuntime(2), controlledRuntime(2)];
+    for (const runtime of runtimes) runtime.outage = true;
+    const adapters = runtimes.map((runtime, n) =>
+      member(`m${n}`, { topic, groupId, rebalanceTimeout }, runtime),
+    );
+    for (const [n, adapter] of adapters.entries()) await adapter.start(runtimes[n]!);
+    await until('both members in the group', async () => (await stableMembers(groupId)) === 2);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 8 }, (_, n) => ({ id: `r${n}`, body: { n }, partition: n % 4 })),
+    );
+    await until('both members waiting for a slot', () => runtimes.every((r) => r.readyCalls > 0));
+
+    const third = kafka.consumer({
+      groupId,
+      sessionTimeout: 6000,
+      heartbeatInterval: 500,
+      rebalanceTimeout,
+      maxWaitTimeInMs: 200,
+    });
+    cleanups.push(() => third.disconnect());
+    let joinedAfterMs: number | undefined;
+    const startedAt = Date.now();
+    third.on(third.events.GROUP_JOIN, () => {
+      joinedAfterMs ??= Date.now() - startedAt;
+    });
+    await third.connect();
+    await third.subscribe({ topics: [topic], fromBeginning: true });
+    // It only joins; records it gets are not looked at.
+    await third.run({ autoCommit: false, eachMessage: async () => {} });
+    await until('the third member to join', () => joinedAfterMs !== undefined, rebalanceTimeout + 15_000);
+    expect(joinedAfterMs!, 'join time of the third member during the outage').toBeLessThan(10_000);
+    // The waiting members rejoined rather than being evicted: three members.
+    await until('three members in the group', async () => (await stableMembers(groupId)) === 3, 15_000);
+
+    // After the outage, the records of the members' partitions are delivered.
+    for (const runtime of runtimes) runtime.outage = false;
+    await until('deliveries after the outage', () =>
+      runtimes.some((runtime) => runtime.deliveries.length > 0),
+    );
+  });
+
+  // Issue 11, Kafka 2: kafkajs' disconnect() waits for the running eachBatch, which
+  // waits for the handler; a handler that ignores ctx.signal made close() hang forever
+  // (the core calls close() after its stop deadline even with such a handler).
+  it('close() returns while a handler that ignores its signal still runs, and leaves the group', async () => {
+    const topic = uniqueName('close-hang');
+    const groupId = uniqueName('close-hang-group');
+    await createTopic(admin, topic, 1);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const runtime = controlledRuntime(1);
+    runtime.settle = () => new Promise<void>(() => {});
+    const adapter = member('hang', { topic, groupId, closeTimeoutMs: 1000 }, runtime);
+    await adapter.start(runtime);
+    await publish(producer, topic, [{ id: 'stuck', body: {} }]);
+    await until('the record in the handler', () => runtime.deliveries.length === 1);
+
+    await adapter.stop();
+    const startedAt = Date.now();
+    const outcome = await Promise.race([
+      adapter.close().then(() => 'closed'),
+      new Promise((resolve) => setTimeout(() => resolve('still waiting'), 45_000)),
+    ]);
+    expect(outcome).toBe('closed');
+    expect(Date.now() - startedAt).toBeLessThan(10_000);
+    // It left the group (no eviction wait for the next member), and committed nothing.
+    const { groups } = await admin.describeGroups([groupId]);
+    expect(groups[0]?.members.length ?? 0).toBe(0);
+    const offsets = await admin.fetchOffsets({ groupId, topics: [topic] });
+    expect(offsets[0]?.partitions[0]?.offset).toBe('-1');
+  });
+
+  // Issue 11, Kafka 3: stop() only set a flag. A batch that must end returned at once,
+  // and kafkajs fetched the same unresolved records again, in a tight loop, until
+  // close() ran. kafkajs' fetcher for one broker node waits for all of that node's
+  // batches, so on this single-node broker the loop shows when no handler holds a batch
+  // (here: stop() during a store outage); on a cluster it also runs on the other nodes'
+  // partitions while a handler drains.
+  it('after stop(), the partitions are paused: no refetch loop before close()', async () => {
+    const topic = uniqueName('stop-pause');
+    const groupId = uniqueName('stop-pause-group');
+    await createTopic(admin, topic, 2);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const runtime = controlledRuntime(1);
+    runtime.outage = true;
+    const adapter = member('drain', { topic, groupId, partitionsConsumedConcurrently: 2 }, runtime);
+    let batches = 0;
+    await adapter.start(runtime);
+    // The adapter's kafkajs consumer, for its instrumentation events only.
+    const internal = (adapter as unknown as { consumer: import('kafkajs').Consumer }).consumer;
+    internal.on(internal.events.START_BATCH_PROCESS, () => {
+      batches++;
+    });
+    await publish(producer, topic, [
+      { id: 'p0', body: {}, partition: 0 },
+      { id: 'p1', body: {}, partition: 1 },
+    ]);
+    await until('the batches waiting for a slot', () => runtime.readyCalls >= 2);
+    await adapter.stop();
+    // Let the waiting batches see the stop (they check it on their heartbeat tick).
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const before = batches;
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    expect(batches - before, 'batches started in 2 s after stop()').toBeLessThanOrEqual(2);
+    expect(runtime.deliveries.length, 'nothing dispatched after stop()').toBe(0);
+  });
+
+  // Issue 11, Kafka 6 (in-flight work above concurrency): the core's whenReady() does
+  // not reserve a slot, and every partition's batch asked it at once: with
+  // partitionsConsumedConcurrently above concurrency, all of them got "1 free" and
+  // dispatched together.
+  it('never has more records in handlers than the consumer concurrency', async () => {
+    const topic = uniqueName('in-flight');
+    const groupId = uniqueName('in-flight-group');
+    await createTopic(admin, topic, 4);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const runtime = controlledRuntime(2);
+    let running = 0;
+    let most = 0;
+    runtime.settle = async (delivery) => {
+      running++;
+      most = Math.max(most, running);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      running--;
+      await delivery.ack();
+    };
+    // Also: an injected KafkaJS client is used instead of one built from `brokers`.
+    const adapter = member('bounded', { topic, groupId, partitionsConsumedConcurrently: 4, kafka }, runtime);
+    await adapter.start(runtime);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 12 }, (_, n) => ({ id: `b${n}`, body: {}, partition: n % 4 })),
+    );
+    await until('every record handled', () => runtime.deliveries.length === 12 && running === 0, 60_000);
+    expect(most, 'records in handlers at once (concurrency 2)').toBeLessThanOrEqual(2);
+  });
+
+  // Issue 11, Kafka 6 (the offsets read not heartbeating): in offsets mode a batch waits
+  // for the stored offsets read at assignment; while the store hung, that wait sent no
+  // heartbeat and the member was evicted after sessionTimeout.
+  it('offsets mode: a batch waiting for a slow stored-offsets read keeps the member in the group', async () => {
+    const topic = uniqueName('offsets-read');
+    const groupId = uniqueName('offsets-read-group');
+    await createTopic(admin, topic, 1);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    let answer!: (offsets: Map<number, string>) => void;
+    const read = new Promise<Map<number, string>>((resolve) => (answer = resolve));
+    const runtime = Object.assign(controlledRuntime(1), {
+      mode: 'offsets' as const,
+      store: { offsets: { read: () => read } } as never,
+    });
+    cleanups.push(async () => answer(new Map()));
+    const adapter = member(
+      'slow-read',
+      { topic, groupId, sessionTimeout: 3000, heartbeatInterval: 300 },
+      runtime,
+    );
+    await adapter.start(runtime);
+    await publish(producer, topic, [{ id: 'r0', body: {} }]);
+    // Three session timeouts with the read pending.
+    await new Promise((resolve) => setTimeout(resolve, 9000));
+    const { groups } = await admin.describeGroups([groupId]);
+    expect(
+      { state: groups[0]?.state, members: groups[0]?.members.length },
+      'the group while the read is pending',
+    ).toEqual({ state: 'Stable', members: 1 });
+    expect(
+      runtime.errors.filter((e) => /heartbeat|crash/.test(e.context)).map((e) => String(e.error)),
+    ).toEqual([]);
+    answer(new Map());
+    await until('the record after the read', () => runtime.deliveries.length === 1);
+  });
+});
