@@ -1,17 +1,10 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { ConsumerConfig, IdempotencyStore } from '../src/index.js';
-import {
-  ADAPTER_PACKAGES,
-  AdapterNotInstalledError,
-  ConfigError,
-  createConsumer,
-  isOncelyError,
-  loadConfig,
-  validateConsumerConfig,
-} from '../src/index.js';
+import { ADAPTER_PACKAGES, ConfigError, loadConfig, validateConsumerConfig } from '../src/index.js';
 
 const store = { transaction: async () => {}, claim: async () => new Set() } as unknown as IdempotencyStore;
 const valid = (): ConsumerConfig => ({
@@ -132,14 +125,29 @@ describe('loadConfig', () => {
 });
 
 describe('createConsumer', () => {
-  it('names the package to install when the adapter is missing', async () => {
-    // @oncely/servicebus is not part of this repository yet, so it cannot be resolved.
-    const error = await createConsumer({ ...valid(), broker: { type: 'servicebus' } }).catch(
-      (e: unknown) => e,
-    );
-    expect(error).toBeInstanceOf(AdapterNotInstalledError);
-    expect(isOncelyError(error, 'ADAPTER_NOT_INSTALLED')).toBe(true);
-    expect((error as Error).message).toContain('npm install @oncely/servicebus');
+  it('names the package to install when the adapter is missing', () => {
+    // Every adapter is installed in this repository, so the check runs in an application
+    // of its own: a folder with nothing but @oncely/core (this build) in node_modules.
+    const app = mkdtempSync(join(tmpdir(), 'oncely-app-'));
+    const core = join(app, 'node_modules', '@oncely', 'core');
+    mkdirSync(core, { recursive: true });
+    cpSync(join(import.meta.dirname, '..', 'dist'), join(core, 'dist'), { recursive: true });
+    cpSync(join(import.meta.dirname, '..', 'package.json'), join(core, 'package.json'));
+    writeFileSync(join(app, 'package.json'), '{ "type": "module" }');
+    const script = `
+      import { createConsumer, isOncelyError } from '@oncely/core';
+      const store = { transaction() {}, claim() {}, ping() {}, classifyError() {} };
+      const error = await createConsumer({ name: 'x', broker: { type: 'servicebus' }, store, handler: async () => {} }).catch((e) => e);
+      console.log(JSON.stringify({ name: error.constructor.name, code: isOncelyError(error) ? error.code : null, message: error.message }));`;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: app,
+      encoding: 'utf8',
+    });
+    expect(run.stderr).toBe('');
+    const error = JSON.parse(run.stdout) as { name: string; code: string; message: string };
+    expect(error.name).toBe('AdapterNotInstalledError');
+    expect(error.code).toBe('ADAPTER_NOT_INSTALLED');
+    expect(error.message).toContain('npm install @oncely/servicebus');
   });
 });
 

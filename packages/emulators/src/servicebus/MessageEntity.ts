@@ -204,13 +204,26 @@ export class MessageEntity {
     }
     heap.push(stored.seq);
     stored.queued = true;
-    if (Number.isFinite(stored.expiresAt) && !stored.timer) {
-      stored.timer = unrefTimer(() => {
-        stored.timer = undefined;
-        this.expireIfDue(stored);
-      }, stored.expiresAt - Date.now());
-    }
+    if (Number.isFinite(stored.expiresAt) && !stored.timer) this.armExpiry(stored);
     this.hooks.wake(this);
+  }
+
+  /**
+   * Expires `stored` when its time to live runs out. A timer can fire a millisecond
+   * before `Date.now()` reaches the deadline (timers run on the monotonic clock): then
+   * it is armed again rather than leaving the message unexpired until someone touches it.
+   */
+  private armExpiry(stored: StoredMessage): void {
+    stored.timer = unrefTimer(
+      () => {
+        stored.timer = undefined;
+        if (this.expireIfDue(stored)) return;
+        if (this.messages.get(stored.seq) === stored && !stored.lock && stored.expiresAt > Date.now()) {
+          this.armExpiry(stored);
+        }
+      },
+      Math.max(1, stored.expiresAt - Date.now()),
+    );
   }
 
   /** Expires an unlocked message past its time to live; true when it did. */
