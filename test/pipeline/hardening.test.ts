@@ -93,6 +93,15 @@ async function startConsumer(
   return { consumer, adapter, events, name, names: () => events.map(([n]) => n) };
 }
 
+/** A store on the test schema whose connections pass a TCP proxy the test can cut or stall. */
+async function storeBehindProxy(options: { queryTimeoutMs?: number } = {}) {
+  const proxy = new TcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
+  const via = new URL(connectionString);
+  via.hostname = '127.0.0.1';
+  via.port = String(await proxy.start());
+  return { proxy, store: serverStore({ connectionString: via.href, ...options }) };
+}
+
 /** Resolves with the delivery's settlement, or with 'unsettled' if none came within `ms`. */
 function settledWithin(delivery: Promise<Settlement>, ms: number): Promise<Settlement | 'unsettled'> {
   return Promise.race([
@@ -261,12 +270,7 @@ describe.skipIf(!hasPostgres)("defect 3: a handler's own socket error is a handl
 
 describe.skipIf(!hasPostgres)('leased mode', () => {
   it('defect 4: an outage during completion retries it with the same owner; the handler ran once', async () => {
-    const proxy = new TcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
-    const port = await proxy.start();
-    const via = new URL(connectionString);
-    via.hostname = '127.0.0.1';
-    via.port = String(port);
-    const store = serverStore({ connectionString: via.href });
+    const { proxy, store } = await storeBehindProxy();
     let runs = 0;
     const { consumer, adapter, names, name } = await startConsumer(store, {
       mode: 'leased',
@@ -313,12 +317,7 @@ describe.skipIf(!hasPostgres)('leased mode', () => {
   });
 
   it('defect 6: a failing claim renewal aborts ctx.signal before another owner can take over', async () => {
-    const proxy = new TcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
-    const port = await proxy.start();
-    const via = new URL(connectionString);
-    via.hostname = '127.0.0.1';
-    via.port = String(port);
-    const store = serverStore({ connectionString: via.href });
+    const { proxy, store } = await storeBehindProxy();
     const leaseMs = 1500;
     let reason: unknown;
     /** Whether the claim was still live in the database (no takeover possible) when the signal aborted. */
@@ -358,12 +357,7 @@ describe.skipIf(!hasPostgres)('leased mode', () => {
 
 describe.skipIf(!hasPostgres)('defect 7: a silent partition becomes a store outage in bounded time', () => {
   it('statements time out, storeUnavailable is emitted and the delivery is released', async () => {
-    const proxy = new TcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
-    const port = await proxy.start();
-    const via = new URL(connectionString);
-    via.hostname = '127.0.0.1';
-    via.port = String(port);
-    const store = serverStore({ connectionString: via.href, queryTimeoutMs: 500 });
+    const { proxy, store } = await storeBehindProxy({ queryTimeoutMs: 500 });
     await store.ping();
     const table = await effectsTable();
     const { consumer, adapter, names } = await startConsumer(store, {

@@ -448,16 +448,21 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    */
   private async attemptNumber(delivery: Delivery, key: MessageKey): Promise<number> {
     if (isFirstDelivery(delivery.envelope)) return 1;
-    const attempt = await retryTransient(this.store, () => this.store.recordAttempt(key));
+    const attempt = await this.countRun(key);
     this.countedRuns.set(delivery, key);
     return attempt;
+  }
+
+  /** One more run on record for `key` (its own short commit); returns the new count. */
+  private countRun(key: MessageKey): Promise<number> {
+    return retryTransient(this.store, () => this.store.recordAttempt(key));
   }
 
   /** A failed run of a first delivery: counted now (a redelivery's run was counted up front). */
   private async countFailure(delivery: Delivery, event: ConsumerEvent): Promise<void> {
     if (this.countedRuns.has(delivery) || event.messageId === undefined) return;
     const key = { consumer: event.consumer, messageId: event.messageId };
-    await retryTransient(this.store, () => this.store.recordAttempt(key)).catch((error) =>
+    await this.countRun(key).catch((error) =>
       this.log.warn('could not count a failed attempt', { ...event, error }),
     );
   }
@@ -534,13 +539,14 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     const started = Date.now();
     const finish = (outcome: Outcome) =>
       this.conclude(outcome, delivery, { ...event, durationMs: Date.now() - started });
-    const claim = await this.withStore([prepared], event, () =>
+    const acquired = await this.withStore([prepared], event, () =>
       this.leasedStep(() =>
         retryTransient(this.store, () => this.store.acquireLease(key, this.settings.leaseMs)),
       ),
     );
-    if (claim === undefined) return;
-    if ('kind' in claim) return finish(claim);
+    if (acquired === undefined) return;
+    if ('refused' in acquired) return finish(acquired.refused);
+    const claim = acquired.value;
     if (claim.status === 'completed') return finish({ kind: 'duplicate' });
     if (claim.status === 'busy') {
       // Someone holds a live claim: do not ack; come back once it could have expired.
@@ -568,13 +574,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         this.leasedStep(() => this.store.completeLease(key, claim.owner, result ?? null)),
       );
       if (completed === undefined) return;
-      if (typeof completed === 'object') {
+      if ('refused' in completed) {
         // The store refused the completion itself (a result jsonb cannot hold): a failure
         // like any other, counted, so it ends in the dead-letter queue instead of a loop.
         await giveUp();
-        return finish(completed);
+        return finish(completed.refused);
       }
-      if (!completed) {
+      if (!completed.value) {
         // Our claim expired and another consumer took over: it owns the outcome now.
         this.emit('leaseLost', { ...event, error: new LeaseLostError('claim taken over before completion') });
         return finish({ kind: 'duplicate' });
@@ -589,12 +595,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    * A leased-mode store step: an outage propagates (withStore waits it out); any other
    * store error becomes a `failed` outcome, so the delivery is settled and counted.
    */
-  private async leasedStep<T>(step: () => Promise<T>): Promise<T | Outcome> {
+  private async leasedStep<T>(step: () => Promise<T>): Promise<{ value: T } | { refused: Outcome }> {
     try {
-      return await step();
+      return { value: await step() };
     } catch (error) {
       if (this.store.classifyError(error) === 'unavailable') throw error;
-      return { kind: 'failed', error };
+      return { refused: { kind: 'failed', error } };
     }
   }
 

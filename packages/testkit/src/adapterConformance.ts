@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Handler, HandlerContext, Message, SqlClient } from '@oncely/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CrashPoint } from './childProtocol.js';
-import { startCrashingChild } from './crashingChild.js';
+import { type CrashingChild, startCrashingChild } from './crashingChild.js';
 import { HarnessIncompleteError, WaitTimeoutError } from './errors.js';
 import type { AdapterFeatures, AdapterHarness, SetupOptions, StoreHandle } from './harness.js';
 import { loadHarnessAdapter, ScenarioRun, type SuiteState, sleep } from './ScenarioRun.js';
@@ -1073,39 +1073,14 @@ const SCENARIOS: Scenario[] = [
     missing: (f) => needs(f, 'crossProcess'),
     setup: () => ({ leaseMs: 2_000 }),
     timeoutMs: 240_000,
-    async body({ run, state, t }) {
-      const { harness, storeHandle } = state;
-      if (!harness.childModule || storeHandle.childConfig === undefined) {
-        throw new HarnessIncompleteError(
-          'childModule',
-          'crossProcess scenarios run a consumer in a child process',
-        );
-      }
+    async body(context) {
+      const { run, t } = context;
       const id = 'crashes-every-time';
       const crashes = 3;
       const maxAttempts = 2;
-      const brokerConfig = JSON.parse(JSON.stringify(run.setup.brokerConfig()));
-      const idStrategy = typeof harness.idStrategy === 'function' ? undefined : harness.idStrategy;
       await run.publish([{ id, body: {} }]);
       for (let crash = 1; crash <= crashes; crash++) {
-        const child = startCrashingChild({
-          childModule: harness.childModule,
-          brokerConfig,
-          storeConfig: storeHandle.childConfig,
-          consumer: {
-            name: run.consumerName,
-            concurrency: 1,
-            ...(idStrategy === undefined ? {} : { idStrategy }),
-            maxAttempts: 10,
-            backoff: { initialMs: 100, maxMs: 2000 },
-            handlerTimeoutMs: 60_000,
-          },
-          effectsTable: run.table,
-          crash: { point: 'before-commit', messageId: id },
-          maxLifetimeMs: t(120_000),
-        });
-        run.onEnd(() => child.kill());
-        await child.ready(t(30_000));
+        const child = await startScenarioChild(context, { point: 'before-commit', messageId: id }, 10);
         expect(await child.crashed(t(run.leaseMs * 3 + 40_000)), `crash ${crash}`).toEqual({
           point: 'before-commit',
           messageId: id,
@@ -1142,6 +1117,50 @@ async function lockWaiters(run: ScenarioRun): Promise<number> {
   return Number(row?.n ?? 0);
 }
 
+/**
+ * Starts the crash-test child consumer of a crossProcess scenario on the run's consumer
+ * name, store and effects table, with its crash point, and waits until it consumes. It is
+ * killed when the scenario ends.
+ */
+async function startScenarioChild(
+  { run, state, t }: ScenarioContext,
+  crash: { point: CrashPoint; messageId: string },
+  maxAttempts: number,
+): Promise<CrashingChild> {
+  const { harness, storeHandle } = state;
+  if (!harness.childModule)
+    throw new HarnessIncompleteError(
+      'childModule',
+      'crossProcess scenarios run a consumer in a child process',
+    );
+  if (storeHandle.childConfig === undefined) {
+    throw new HarnessIncompleteError(
+      'createStore().childConfig',
+      'the child process rebuilds the store from it',
+    );
+  }
+  const idStrategy = typeof harness.idStrategy === 'function' ? undefined : harness.idStrategy;
+  const child = startCrashingChild({
+    childModule: harness.childModule,
+    brokerConfig: JSON.parse(JSON.stringify(run.setup.brokerConfig())),
+    storeConfig: storeHandle.childConfig,
+    consumer: {
+      name: run.consumerName,
+      concurrency: 1,
+      ...(idStrategy === undefined ? {} : { idStrategy }),
+      maxAttempts,
+      backoff: { initialMs: 100, maxMs: 2000 },
+      handlerTimeoutMs: 60_000,
+    },
+    effectsTable: run.table,
+    crash,
+    maxLifetimeMs: t(120_000),
+  });
+  run.onEnd(() => child.kill());
+  await child.ready(t(30_000));
+  return child;
+}
+
 /** Scenarios 5 and 6: a consumer child process SIGKILLed after / before the commit. */
 function crashScenario(n: 5 | 6, point: CrashPoint): Scenario {
   const after = point === 'after-commit';
@@ -1158,40 +1177,10 @@ function crashScenario(n: 5 | 6, point: CrashPoint): Scenario {
     missing: (f) => needs(f, 'crossProcess'),
     setup: () => ({ leaseMs: 2_000 }),
     timeoutMs: 120_000,
-    async body({ run, state, t }) {
-      const { harness, storeHandle } = state;
-      if (!harness.childModule)
-        throw new HarnessIncompleteError(
-          'childModule',
-          'crossProcess scenarios run a consumer in a child process',
-        );
-      if (storeHandle.childConfig === undefined) {
-        throw new HarnessIncompleteError(
-          'createStore().childConfig',
-          'the child process rebuilds the store from it',
-        );
-      }
+    async body(context) {
+      const { run, t } = context;
       const id = `crash-${point}`;
-      const brokerConfig = JSON.parse(JSON.stringify(run.setup.brokerConfig()));
-      const idStrategy = typeof harness.idStrategy === 'function' ? undefined : harness.idStrategy;
-      const child = startCrashingChild({
-        childModule: harness.childModule,
-        brokerConfig,
-        storeConfig: storeHandle.childConfig,
-        consumer: {
-          name: run.consumerName,
-          concurrency: 1,
-          ...(idStrategy === undefined ? {} : { idStrategy }),
-          maxAttempts: 5,
-          backoff: { initialMs: 100, maxMs: 2000 },
-          handlerTimeoutMs: 60_000,
-        },
-        effectsTable: run.table,
-        crash: { point, messageId: id },
-        maxLifetimeMs: t(120_000),
-      });
-      run.onEnd(() => child.kill());
-      await child.ready(t(30_000));
+      const child = await startScenarioChild(context, { point, messageId: id }, 5);
       await run.publish([{ id, body: {} }]);
       const crashed = await child.crashed(t(30_000));
       expect(crashed).toEqual({ point, messageId: id });
