@@ -22,7 +22,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { silentLogger } from '@oncely/core';
-import { createKafkaConsumer } from '@oncely/kafka';
+import { createKafkaConsumer, createTopics } from '@oncely/kafka';
 import { PostgresStore } from '@oncely/postgres';
 import kafkajs from 'kafkajs';
 import pg from 'pg';
@@ -87,7 +87,7 @@ await pool.query(`CREATE TABLE "${schema}".effects (message_id text NOT NULL, n 
 /** A topic with N records spread over the partitions, each with a message-id header. */
 async function fillTopic(name) {
   const topic = `bench-${name}-${tag}`;
-  await admin.createTopics({ topics: [{ topic, numPartitions: PARTITIONS }], waitForLeaders: true });
+  await createTopics(admin, [{ topic, numPartitions: PARTITIONS }]);
   const value = JSON.stringify({ orderId: 'o-1', amount: 40, note: 'x'.repeat(100) });
   for (let start = 0; start < N; start += 1000) {
     const messages = [];

@@ -28,6 +28,7 @@ import { toEnvelope } from './envelope.js';
 import { KafkaTopicMissingError } from './errors.js';
 import { kafkaLogCreator } from './kafkaLogger.js';
 import { MESSAGE_ID_HEADER } from './send.js';
+import { createTopics } from './topics.js';
 
 const { Kafka, logLevel } = kafkajs;
 
@@ -274,13 +275,10 @@ export class KafkaAdapter implements BrokerAdapter {
       );
     }
     try {
-      await this.admin!.createTopics({
-        topics: [{ topic: deadLetterTopic, numPartitions: Math.max(1, partitions) }],
-        waitForLeaders: true,
-      });
+      // createTopics counts a topic another consumer of the group created at the same
+      // moment as existing.
+      await createTopics(this.admin!, [{ topic: deadLetterTopic, numPartitions: Math.max(1, partitions) }]);
     } catch (error) {
-      // Another consumer of the group created it at the same moment.
-      if ((error as { type?: string }).type === 'TOPIC_ALREADY_EXISTS') return;
       throw new KafkaTopicMissingError(
         deadLetterTopic,
         `dead-letter topic '${deadLetterTopic}' does not exist and could not be created: create it or set broker.deadLetterTopic`,

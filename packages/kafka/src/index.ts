@@ -18,3 +18,5 @@ export { KafkaAdapter } from './KafkaAdapter.js';
 export { kafkaLogCreator } from './kafkaLogger.js';
 export type { KafkaSendMessage, KafkaSendOptions } from './send.js';
 export { MESSAGE_ID_HEADER, send } from './send.js';
+export type { CreateTopicsOptions } from './topics.js';
+export { createTopics } from './topics.js';

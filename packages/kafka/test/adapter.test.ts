@@ -4,7 +4,14 @@
  * block only their own partition, start-up checks and diagnose().
  */
 import { type Consumer, type ConsumerConfig, isOncelyError, silentLogger } from '@oncely/core';
-import { createKafkaConsumer, diagnose, type KafkaBrokerOptions, KafkaSendError, send } from '@oncely/kafka';
+import {
+  createKafkaConsumer,
+  createTopics,
+  diagnose,
+  type KafkaBrokerOptions,
+  KafkaSendError,
+  send,
+} from '@oncely/kafka';
 import { ConsumerSpy } from '@oncely/testkit';
 import type { Admin, Kafka, Producer } from 'kafkajs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -278,16 +285,13 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     const name = uniqueName('dlq-large-consumer');
     const deadLetterTopic = `${topic}.dlq`;
     await createTopic(admin, topic, 1);
-    await admin.createTopics({
-      topics: [
-        {
-          topic: deadLetterTopic,
-          numPartitions: 1,
-          configEntries: [{ name: 'max.message.bytes', value: '2048' }],
-        },
-      ],
-      waitForLeaders: true,
-    });
+    await createTopics(admin, [
+      {
+        topic: deadLetterTopic,
+        numPartitions: 1,
+        configEntries: [{ name: 'max.message.bytes', value: '2048' }],
+      },
+    ]);
     const c = consumer(
       name,
       { topic, deadLetterTopic },

@@ -1,4 +1,5 @@
 import { Socket } from 'node:net';
+import { createTopics } from '@oncely/kafka';
 import type { PostgresStore } from '@oncely/postgres';
 import type { MSKEvent, MSKRecord } from 'aws-lambda';
 import { Kafka, logLevel } from 'kafkajs';
@@ -91,7 +92,7 @@ describe.skipIf(!hasKafka)(
     it('per-record once across retried batches; a failure stops only its partition', async () => {
       const kafkaAdmin = kafka.admin();
       await kafkaAdmin.connect();
-      await kafkaAdmin.createTopics({ topics: [{ topic, numPartitions: 2 }], waitForLeaders: true });
+      await createTopics(kafkaAdmin, [{ topic, numPartitions: 2 }]);
       await kafkaAdmin.disconnect();
       const producer = kafka.producer();
       await producer.connect();

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DEAD_LETTER_HEADERS } from '@oncely/kafka';
+import { createTopics, DEAD_LETTER_HEADERS } from '@oncely/kafka';
 import { TcpProxy } from '@oncely/testkit';
 import { type Admin, type Consumer, Kafka, logLevel, type Producer } from 'kafkajs';
 import { inject } from 'vitest';
@@ -36,7 +36,7 @@ export function kafkaClient(brokers: string[], clientId = 'oncely-test'): Kafka 
 }
 
 export async function createTopic(admin: Admin, topic: string, partitions: number): Promise<void> {
-  await admin.createTopics({ topics: [{ topic, numPartitions: partitions }], waitForLeaders: true });
+  await createTopics(admin, [{ topic, numPartitions: partitions }]);
 }
 
 /** Records not yet committed by `groupId` (sum over partitions of high watermark − committed offset). */

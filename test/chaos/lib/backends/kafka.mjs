@@ -11,7 +11,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DEAD_LETTER_HEADERS } from '@oncely/kafka';
+import { createTopics, DEAD_LETTER_HEADERS } from '@oncely/kafka';
 import { TcpProxy } from '@oncely/testkit';
 import kafkajs from 'kafkajs';
 
@@ -125,13 +125,10 @@ export async function kafkaBackend({ runId, consumerName, partitions }) {
   await producer.connect();
   const topic = `oncely-chaos-${runId}`;
   const deadLetterTopic = `${topic}.dlq`;
-  await admin.createTopics({
-    topics: [
-      { topic, numPartitions: partitions },
-      { topic: deadLetterTopic, numPartitions: partitions },
-    ],
-    waitForLeaders: true,
-  });
+  await createTopics(admin, [
+    { topic, numPartitions: partitions },
+    { topic: deadLetterTopic, numPartitions: partitions },
+  ]);
 
   return {
     name: 'kafka',
