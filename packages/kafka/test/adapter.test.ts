@@ -39,7 +39,7 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
   beforeAll(async () => {
     kafka = kafkaClient(brokers!, 'oncely-adapter-test');
     admin = kafka.admin();
-    producer = kafka.producer({ allowAutoTopicCreation: false });
+    producer = kafka.producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
     await Promise.all([admin.connect(), producer.connect()]);
     db = await createTestStore();
   });

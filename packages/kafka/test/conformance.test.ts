@@ -43,7 +43,11 @@ if (brokers) {
     it('a retry backoff survives kafkajs restarting the consumer', async () => {
       const kafka = kafkaClient(brokers, 'oncely-backoff-test');
       const admin = kafka.admin();
-      const producer = kafka.producer({ allowAutoTopicCreation: false });
+      const producer = kafka.producer({
+        allowAutoTopicCreation: false,
+        idempotent: true,
+        maxInFlightRequests: 1,
+      });
       await Promise.all([admin.connect(), producer.connect()]);
       const topic = uniqueName('backoff-restart');
       await createTopic(admin, topic, 1);

@@ -26,7 +26,7 @@ describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () =>
   // used, and fails once a previous test's topic is deleted.
   beforeEach(async () => {
     admin = kafka.admin();
-    producer = kafka.producer({ allowAutoTopicCreation: false });
+    producer = kafka.producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
     await Promise.all([admin.connect(), producer.connect()]);
   });
   afterEach(async () => {

@@ -90,7 +90,7 @@ describe.skipIf(!brokers)('rebalance: a group member SIGKILLed mid-batch', () =>
   beforeAll(async () => {
     const kafka = kafkaClient(brokers!, 'oncely-rebalance-test');
     admin = kafka.admin();
-    producer = kafka.producer({ allowAutoTopicCreation: false });
+    producer = kafka.producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
     await Promise.all([admin.connect(), producer.connect()]);
     db = await createTestStore('oncely_kafka_rebalance');
   });

@@ -37,7 +37,7 @@ describe.skipIf(!broker)('broker restart mid-run', () => {
     await broker!.start();
     const kafka = kafkaClient(broker!.brokers, 'oncely-restart-test');
     admin = kafka.admin();
-    producer = kafka.producer({ allowAutoTopicCreation: false });
+    producer = kafka.producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
     await Promise.all([admin.connect(), producer.connect()]);
     db = await createTestStore('oncely_kafka_restart');
   }, 180_000);

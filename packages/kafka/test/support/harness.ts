@@ -61,7 +61,11 @@ export function kafkaHarness(options: { brokers: string[]; proxy?: TcpProxy }): 
       // Clients per scenario: kafkajs keeps refreshing metadata of every topic a client
       // ever used, and fails once a previous scenario's topic is deleted.
       const admin = kafka.admin();
-      const producer = kafka.producer({ allowAutoTopicCreation: false });
+      const producer = kafka.producer({
+        allowAutoTopicCreation: false,
+        idempotent: true,
+        maxInFlightRequests: 1,
+      });
       await Promise.all([admin.connect(), producer.connect()]);
       const topic = `oncely-${name}`;
       const deadLetterTopic = `${topic}.dlq`;
