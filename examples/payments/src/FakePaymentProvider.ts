@@ -1,100 +1,118 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { SqlClient } from '@oncely/core';
+import { HttpIdempotency, type IdempotentIncomingMessage, REPLAY_HEADER } from '@oncely/http';
+import { PostgresStore } from '@oncely/postgres';
 
 /** One charge in the provider's ledger. */
 export interface Charge {
   id: string;
+  account: string;
   orderId: string;
   amountCents: number;
-  /** The Idempotency-Key it was created with, if any. */
-  idempotencyKey?: string;
 }
 
-/** What a charge request carries. */
-export interface ChargeRequest {
-  orderId: string;
-  amountCents: number;
-  /** Sent as the `Idempotency-Key` header: the same key returns the same charge. */
-  idempotencyKey?: string;
+/** What the provider's ledger holds for one account. */
+export interface AccountLedger {
+  charges: number;
+  totalCents: number;
 }
 
 /**
- * A stand-in for a card processor such as Stripe: a tiny HTTP server on 127.0.0.1 with
- * its own in-memory ledger, outside the consumer's database. It honours an
- * `Idempotency-Key` header the way real providers do: a repeated key returns the
- * original charge and charges nothing; a repeated key with different parameters is
- * refused (422). Without a key every request is a new charge.
+ * A stand-in for a card processor such as Stripe: an HTTP server on 127.0.0.1 with a
+ * ledger of its own, in its own embedded PostgreSQL (PGlite), apart from the consumers'
+ * database. `POST /v1/charges` runs behind `@oncely/http`'s `Idempotency-Key` middleware
+ * in transactional mode: the charge row and the stored response commit together, a
+ * repeated key gets the first charge back (`Idempotent-Replayed: true`) without charging,
+ * a key reused with another body gets 422. A request without a key is charged every
+ * time, as a real provider would. Keys are scoped per account (the `x-account` header).
  *
  * @example
  * ```ts
  * const provider = await FakePaymentProvider.start();
- * await provider.charge({ orderId: 'o-1', amountCents: 4000, idempotencyKey: 'payments:o-1:charge' });
- * console.log(provider.totalCents); // 4000
+ * await fetch(`${provider.url}/v1/charges`, {
+ *   method: 'POST',
+ *   headers: { 'content-type': 'application/json', 'x-account': 'shop', 'idempotency-key': 'payments:o-1:charge' },
+ *   body: JSON.stringify({ orderId: 'o-1', amountCents: 4000 }),
+ * });
+ * console.log(await provider.ledger('shop')); // { charges: 1, totalCents: 4000 }
  * await provider.close();
  * ```
  */
 export class FakePaymentProvider {
-  private readonly charges: Charge[] = [];
-  private readonly byKey = new Map<string, Charge>();
   /** Requests answered with an earlier charge because their key was seen before. */
   replays = 0;
+  /** Charges per account as the handler wrote them (for progress lines; `ledger()` reads the database). */
+  private readonly writtenByAccount = new Map<string, AccountLedger>();
 
   private constructor(
     private readonly server: Server,
+    private readonly store: PostgresStore,
     /** Base URL, for example `http://127.0.0.1:49152`. */
     readonly url: string,
   ) {}
 
-  /** Starts the server on a free port of 127.0.0.1. */
+  /** Starts the provider's database and the server on a free port of 127.0.0.1. */
   static async start(): Promise<FakePaymentProvider> {
-    let provider: FakePaymentProvider | undefined;
-    const server = createServer((request, response) => {
-      provider!.handle(request, response).catch((error: unknown) => {
-        respond(response, 500, { error: String(error) });
+    const store = PostgresStore.embedded({ schema: 'provider' });
+    let server: Server | undefined;
+    try {
+      await store.migrate();
+      await store.transaction((tx) =>
+        tx.query(`CREATE TABLE provider.charges (
+          id bigserial PRIMARY KEY,
+          account text NOT NULL,
+          order_id text NOT NULL,
+          amount_cents integer NOT NULL,
+          created_at timestamptz NOT NULL DEFAULT now()
+        )`),
+      );
+      const idempotency = new HttpIdempotency({
+        store,
+        methods: ['POST'],
+        // Like a real provider: a request without a key is a new charge each time.
+        required: false,
+        scope: (req) => String(req.headers['x-account'] ?? ''),
       });
-    });
-    // Keep-alive sockets from fetch would otherwise hold close() open.
-    server.keepAliveTimeout = 1000;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', resolve);
-    });
-    const { port } = server.address() as AddressInfo;
-    provider = new FakePaymentProvider(server, `http://127.0.0.1:${port}`);
-    return provider;
+      await idempotency.migrate();
+      let provider: FakePaymentProvider | undefined;
+      const handle = idempotency.handler((req, res) => provider!.charge(req, res));
+      server = createServer((req, res) => {
+        res.on('finish', () => {
+          if (res.getHeader(REPLAY_HEADER) === 'true') provider!.replays++;
+        });
+        void handle(req, res);
+      });
+      // Keep-alive sockets from fetch would otherwise hold close() open.
+      server.keepAliveTimeout = 1000;
+      await new Promise<void>((resolve, reject) => {
+        server!.once('error', reject);
+        server!.listen(0, '127.0.0.1', resolve);
+      });
+      const { port } = server.address() as AddressInfo;
+      provider = new FakePaymentProvider(server, store, `http://127.0.0.1:${port}`);
+      return provider;
+    } catch (error) {
+      server?.close();
+      await store.close();
+      throw error;
+    }
   }
 
-  /** Charges made (replays excluded). */
-  get chargeCount(): number {
-    return this.charges.length;
+  /** Charges the handler wrote for `account` so far (rolled-back ones included: progress only). */
+  written(account: string): AccountLedger {
+    return { ...(this.writtenByAccount.get(account) ?? { charges: 0, totalCents: 0 }) };
   }
 
-  /** Sum of every charge made, in cents. */
-  get totalCents(): number {
-    return this.charges.reduce((sum, charge) => sum + charge.amountCents, 0);
-  }
-
-  /** A copy of the ledger. */
-  ledger(): Charge[] {
-    return this.charges.map((charge) => ({ ...charge }));
-  }
-
-  /**
-   * Client side: POSTs a charge over HTTP, with the `Idempotency-Key` header when a key
-   * is given. Rejects on any non-2xx answer.
-   */
-  async charge(request: ChargeRequest, signal?: AbortSignal): Promise<Charge> {
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (request.idempotencyKey !== undefined) headers['idempotency-key'] = request.idempotencyKey;
-    const response = await fetch(`${this.url}/v1/charges`, {
-      method: 'POST',
-      headers,
-      body: JSON.stringify({ orderId: request.orderId, amountCents: request.amountCents }),
-      signal,
-    });
-    const answer = (await response.json()) as Charge & { error?: string };
-    if (!response.ok) throw new Error(`provider refused the charge (${response.status}): ${answer.error}`);
-    return answer;
+  /** The committed ledger of `account`, read from the provider's database. */
+  async ledger(account: string): Promise<AccountLedger> {
+    const { rows } = await this.store.transaction((tx) =>
+      tx.query<{ charges: number; total: number }>(
+        'SELECT count(*)::int AS charges, coalesce(sum(amount_cents), 0)::int AS total FROM provider.charges WHERE account = $1',
+        [account],
+      ),
+    );
+    return { charges: rows[0]?.charges ?? 0, totalCents: rows[0]?.total ?? 0 };
   }
 
   async close(): Promise<void> {
@@ -102,51 +120,54 @@ export class FakePaymentProvider {
       this.server.close(() => resolve());
       this.server.closeAllConnections();
     });
+    await this.store.close();
   }
 
-  private async handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    if (request.method !== 'POST' || request.url !== '/v1/charges') {
-      respond(response, 404, { error: 'not found' });
+  private async charge(req: IdempotentIncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.url !== '/v1/charges') {
+      respond(res, 404, { error: 'not found' });
       return;
     }
-    const chunks: Buffer[] = [];
-    for await (const chunk of request) chunks.push(chunk as Buffer);
-    const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
-      orderId?: unknown;
-      amountCents?: unknown;
-    };
-    if (typeof body.orderId !== 'string' || typeof body.amountCents !== 'number') {
-      respond(response, 400, { error: 'orderId (string) and amountCents (number) are required' });
+    const body = parse(req.rawBody);
+    if (typeof body?.orderId !== 'string' || typeof body.amountCents !== 'number') {
+      respond(res, 400, { error: 'orderId (string) and amountCents (number) are required' });
       return;
     }
-    const key = request.headers['idempotency-key'];
-    const idempotencyKey = typeof key === 'string' && key !== '' ? key : undefined;
-    if (idempotencyKey !== undefined) {
-      const earlier = this.byKey.get(idempotencyKey);
-      if (earlier) {
-        if (earlier.orderId !== body.orderId || earlier.amountCents !== body.amountCents) {
-          respond(response, 422, { error: 'Idempotency-Key reused with different parameters' });
-          return;
-        }
-        this.replays++;
-        respond(response, 200, earlier);
-        return;
-      }
-    }
+    const account = String(req.headers['x-account'] ?? '');
+    const insert = (tx: SqlClient) =>
+      tx.query<{ id: string }>(
+        'INSERT INTO provider.charges (account, order_id, amount_cents) VALUES ($1, $2, $3) RETURNING id::text',
+        [account, body.orderId, body.amountCents],
+      );
+    // With a key the row goes through the key's transaction (req.tx): charge and stored
+    // response commit together. Without one there is no key to protect: a plain transaction.
+    const { rows } = req.tx ? await insert(req.tx) : await this.store.transaction(insert);
+    const written = this.writtenByAccount.get(account) ?? { charges: 0, totalCents: 0 };
+    this.writtenByAccount.set(account, {
+      charges: written.charges + 1,
+      totalCents: written.totalCents + (body.amountCents as number),
+    });
     const charge: Charge = {
-      id: `ch_${this.charges.length + 1}`,
+      id: `ch_${rows[0]!.id}`,
+      account,
       orderId: body.orderId,
-      amountCents: body.amountCents,
-      idempotencyKey,
+      amountCents: body.amountCents as number,
     };
-    this.charges.push(charge);
-    if (idempotencyKey !== undefined) this.byKey.set(idempotencyKey, charge);
-    respond(response, 201, charge);
+    respond(res, 201, charge);
   }
 }
 
-function respond(response: ServerResponse, status: number, body: unknown): void {
-  if (response.headersSent) return;
-  response.writeHead(status, { 'content-type': 'application/json' });
-  response.end(JSON.stringify(body));
+function parse(raw: Buffer | undefined): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(raw?.toString('utf8') ?? '');
+    return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function respond(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(body));
 }
