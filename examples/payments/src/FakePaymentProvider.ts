@@ -1,31 +1,16 @@
-import { createServer, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import type { SqlClient } from '@oncely/core';
-import { HttpIdempotency, type IdempotentIncomingMessage, REPLAY_HEADER } from '@oncely/http';
-import { PostgresStore } from '@oncely/postgres';
+import { Worker } from 'node:worker_threads';
+import type { AccountLedger } from './providerServer.js';
+import type { FromWorker, ToWorker } from './providerWorker.js';
 
-/** One charge in the provider's ledger. */
-export interface Charge {
-  id: string;
-  account: string;
-  orderId: string;
-  amountCents: number;
-}
-
-/** What the provider's ledger holds for one account. */
-export interface AccountLedger {
-  charges: number;
-  totalCents: number;
-}
+export type { AccountLedger, Charge } from './providerServer.js';
 
 /**
- * A stand-in for a card processor such as Stripe: an HTTP server on 127.0.0.1 with a
- * ledger of its own, in its own embedded PostgreSQL (PGlite), apart from the consumers'
- * database. `POST /v1/charges` runs behind `@oncely/http`'s `Idempotency-Key` middleware
- * in transactional mode: the charge row and the stored response commit together, a
- * repeated key gets the first charge back (`Idempotent-Replayed: true`) without charging,
- * a key reused with another body gets 422. A request without a key is charged every
- * time, as a real provider would. Keys are scoped per account (the `x-account` header).
+ * A stand-in for a card processor such as Stripe: `ProviderServer` (an HTTP server on
+ * `@oncely/http` with its own PGlite ledger) started in a worker thread, so the
+ * provider's database works on another core than the consumers'. This is its handle in
+ * the main thread: the URL, live counters for progress lines, and the committed ledger.
+ *
+ * The worker runs the built `dist/providerWorker.js` (run `npm run build` first).
  *
  * @example
  * ```ts
@@ -42,132 +27,109 @@ export interface AccountLedger {
 export class FakePaymentProvider {
   /** Requests answered with an earlier charge because their key was seen before. */
   replays = 0;
-  /** Charges per account as the handler wrote them (for progress lines; `ledger()` reads the database). */
   private readonly writtenByAccount = new Map<string, AccountLedger>();
+  private readonly pending = new Map<
+    number,
+    { resolve: (ledger: AccountLedger) => void; reject: (error: Error) => void }
+  >();
+  private nextId = 0;
+  private closing: Promise<void> | undefined;
 
   private constructor(
-    private readonly server: Server,
-    private readonly store: PostgresStore,
+    private readonly worker: Worker,
     /** Base URL, for example `http://127.0.0.1:49152`. */
     readonly url: string,
   ) {}
 
-  /** Starts the provider's database and the server on a free port of 127.0.0.1. */
-  static async start(): Promise<FakePaymentProvider> {
-    const store = PostgresStore.embedded({ schema: 'provider' });
-    let server: Server | undefined;
-    try {
-      await store.migrate();
-      await store.transaction((tx) =>
-        tx.query(`CREATE TABLE provider.charges (
-          id bigserial PRIMARY KEY,
-          account text NOT NULL,
-          order_id text NOT NULL,
-          amount_cents integer NOT NULL,
-          created_at timestamptz NOT NULL DEFAULT now()
-        )`),
-      );
-      const idempotency = new HttpIdempotency({
-        store,
-        methods: ['POST'],
-        // Like a real provider: a request without a key is a new charge each time.
-        required: false,
-        scope: (req) => String(req.headers['x-account'] ?? ''),
-      });
-      await idempotency.migrate();
+  /** Starts the worker, its database and its server; resolves once it listens. */
+  static start(): Promise<FakePaymentProvider> {
+    // dist/ from both src/ (tests) and dist/ (the demo): a worker cannot run TypeScript.
+    const worker = new Worker(new URL('../dist/providerWorker.js', import.meta.url));
+    return new Promise<FakePaymentProvider>((resolve, reject) => {
       let provider: FakePaymentProvider | undefined;
-      const handle = idempotency.handler((req, res) => provider!.charge(req, res));
-      server = createServer((req, res) => {
-        res.on('finish', () => {
-          if (res.getHeader(REPLAY_HEADER) === 'true') provider!.replays++;
-        });
-        void handle(req, res);
+      // One set of listeners for the worker's whole life (never removeAllListeners: the
+      // Worker keeps internal listeners of its own).
+      worker.on('message', (message: FromWorker) => {
+        if (message.type === 'ready') {
+          provider = new FakePaymentProvider(worker, message.url);
+          resolve(provider);
+        } else if (message.type === 'failed') {
+          reject(new Error(`payment provider failed to start: ${message.error}`));
+          void worker.terminate();
+        } else {
+          provider?.receive(message);
+        }
       });
-      // Keep-alive sockets from fetch would otherwise hold close() open.
-      server.keepAliveTimeout = 1000;
-      await new Promise<void>((resolve, reject) => {
-        server!.once('error', reject);
-        server!.listen(0, '127.0.0.1', resolve);
-      });
-      const { port } = server.address() as AddressInfo;
-      provider = new FakePaymentProvider(server, store, `http://127.0.0.1:${port}`);
-      return provider;
-    } catch (error) {
-      server?.close();
-      await store.close();
-      throw error;
-    }
+      const fail = (error: Error) => {
+        reject(error);
+        provider?.failPending(error);
+      };
+      worker.on('error', fail);
+      worker.on('exit', (code) => fail(new Error(`payment provider worker exited with code ${code}`)));
+    });
   }
 
-  /** Charges the handler wrote for `account` so far (rolled-back ones included: progress only). */
+  /** Charges the provider's handler wrote for `account` so far (for progress lines; `ledger()` is the committed figure). */
   written(account: string): AccountLedger {
     return { ...(this.writtenByAccount.get(account) ?? { charges: 0, totalCents: 0 }) };
   }
 
   /** The committed ledger of `account`, read from the provider's database. */
-  async ledger(account: string): Promise<AccountLedger> {
-    const { rows } = await this.store.transaction((tx) =>
-      tx.query<{ charges: number; total: number }>(
-        'SELECT count(*)::int AS charges, coalesce(sum(amount_cents), 0)::int AS total FROM provider.charges WHERE account = $1',
-        [account],
-      ),
-    );
-    return { charges: rows[0]?.charges ?? 0, totalCents: rows[0]?.total ?? 0 };
-  }
-
-  async close(): Promise<void> {
-    await new Promise<void>((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeAllConnections();
+  ledger(account: string): Promise<AccountLedger> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.post({ type: 'ledger', id, account });
     });
-    await this.store.close();
   }
 
-  private async charge(req: IdempotentIncomingMessage, res: ServerResponse): Promise<void> {
-    if (req.url !== '/v1/charges') {
-      respond(res, 404, { error: 'not found' });
-      return;
+  /** Closes the server and its database, then ends the worker. */
+  close(): Promise<void> {
+    this.closing ??= new Promise<void>((resolve) => {
+      // A worker that does not answer is ended anyway.
+      const timer = setTimeout(resolve, 10_000);
+      this.onClosed = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.worker.once('exit', this.onClosed);
+      this.post({ type: 'close' });
+    }).then(() => this.worker.terminate().then(() => {}));
+    return this.closing;
+  }
+
+  private onClosed: (() => void) | undefined;
+
+  private receive(message: FromWorker): void {
+    switch (message.type) {
+      case 'charge': {
+        const written = this.writtenByAccount.get(message.account) ?? { charges: 0, totalCents: 0 };
+        this.writtenByAccount.set(message.account, {
+          charges: written.charges + 1,
+          totalCents: written.totalCents + message.amountCents,
+        });
+        return;
+      }
+      case 'replay':
+        this.replays++;
+        return;
+      case 'ledger':
+        this.pending.get(message.id)?.resolve({ charges: message.charges, totalCents: message.totalCents });
+        this.pending.delete(message.id);
+        return;
+      case 'closed':
+        this.onClosed?.();
+        return;
     }
-    const body = parse(req.rawBody);
-    if (typeof body?.orderId !== 'string' || typeof body.amountCents !== 'number') {
-      respond(res, 400, { error: 'orderId (string) and amountCents (number) are required' });
-      return;
-    }
-    const account = String(req.headers['x-account'] ?? '');
-    const insert = (tx: SqlClient) =>
-      tx.query<{ id: string }>(
-        'INSERT INTO provider.charges (account, order_id, amount_cents) VALUES ($1, $2, $3) RETURNING id::text',
-        [account, body.orderId, body.amountCents],
-      );
-    // With a key the row goes through the key's transaction (req.tx): charge and stored
-    // response commit together. Without one there is no key to protect: a plain transaction.
-    const { rows } = req.tx ? await insert(req.tx) : await this.store.transaction(insert);
-    const written = this.writtenByAccount.get(account) ?? { charges: 0, totalCents: 0 };
-    this.writtenByAccount.set(account, {
-      charges: written.charges + 1,
-      totalCents: written.totalCents + (body.amountCents as number),
-    });
-    const charge: Charge = {
-      id: `ch_${rows[0]!.id}`,
-      account,
-      orderId: body.orderId,
-      amountCents: body.amountCents as number,
-    };
-    respond(res, 201, charge);
   }
-}
 
-function parse(raw: Buffer | undefined): Record<string, unknown> | undefined {
-  try {
-    const value: unknown = JSON.parse(raw?.toString('utf8') ?? '');
-    return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
+  /** A worker that failed or exited answers no more questions. */
+  private failPending(error: Error): void {
+    for (const { reject } of this.pending.values()) reject(error);
+    this.pending.clear();
   }
-}
 
-function respond(res: ServerResponse, status: number, body: unknown): void {
-  if (res.headersSent) return;
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify(body));
+  private post(message: ToWorker): void {
+    this.worker.postMessage(message);
+  }
 }

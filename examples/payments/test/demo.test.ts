@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { silentLogger } from '@oncely/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { requestCharge } from '../src/chargeClient.js';
 import { FakePaymentProvider } from '../src/FakePaymentProvider.js';
 import { type DemoProgress, runDemo } from '../src/runDemo.js';
@@ -87,7 +87,8 @@ describe('payments demo', () => {
       const first = await requestCharge(provider.url, order, { account: 'a', idempotencyKey: 'k-1' });
       const again = await requestCharge(provider.url, order, { account: 'a', idempotencyKey: 'k-1' });
       expect(again).toEqual(first);
-      expect(provider.replays).toBe(1);
+      // Counted by the provider's thread when its response finished: reported asynchronously.
+      await vi.waitFor(() => expect(provider.replays).toBe(1));
       // The same key from another account is another charge: keys are scoped per account.
       const otherAccount = await requestCharge(provider.url, order, { account: 'b', idempotencyKey: 'k-1' });
       expect(otherAccount.id).not.toBe(first.id);
