@@ -2,7 +2,7 @@
 // Runs every benchmark scenario and writes bench/RESULTS.md.
 //
 //   npm run bench                                   (builds first, then this script)
-//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools] [--quick]
+//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,http] [--quick]
 //
 // Each scenario runs in a process of its own (bench/<scenario>/run.mjs) and hands its
 // figures back through the JSON file named by BENCH_RESULT_FILE; bench/rabbitmq and
@@ -21,7 +21,18 @@ import { findPgbench } from './lib/pgbench.mjs';
 import { formatMs, formatRate, formatRatio, median } from './lib/stats.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const ALL = ['core', 'batch', 'memory', 'sqs', 'pubsub', 'servicebus', 'rabbitmq', 'kafka', 'powertools'];
+const ALL = [
+  'core',
+  'batch',
+  'memory',
+  'sqs',
+  'pubsub',
+  'servicebus',
+  'rabbitmq',
+  'kafka',
+  'powertools',
+  'http',
+];
 const { values: cli } = parseArgs({
   options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } },
 });
@@ -49,6 +60,7 @@ const ARGS = cli.quick
         '--footprint-messages',
         '500',
       ],
+      http: ['--rounds', '2', '--seconds', '0.5'],
     }
   : {
       core: ['--profile', '1'],
@@ -60,6 +72,7 @@ const ARGS = cli.quick
       rabbitmq: { runs: 3, messages: 3000 },
       kafka: ['--messages', '3000'],
       powertools: [],
+      http: [],
     };
 
 const KAFKA_ENV = {
@@ -479,6 +492,27 @@ function summaryRows(results, out) {
       );
     }
   }
+  const web = results.http;
+  if (web && !failed('5 http', web, out)) {
+    for (const level of web.levels) {
+      const sm = level.summary;
+      for (const mode of ['transactional', 'leased']) {
+        out.push(
+          row([
+            `5 HTTP middleware, c=${level.concurrency}`,
+            `HttpIdempotency ${mode}, a new key per request (p50 +${formatMs(level.overheadMs[mode].p50)} ms per request)`,
+            'the same node:http handler without it',
+            slower(level.vsBare[mode]),
+            '—',
+            rate(sm[mode].perSecond),
+            rate(sm.bare.perSecond),
+            lat(sm[mode]),
+            lat(sm.bare),
+          ]),
+        );
+      }
+    }
+  }
 }
 
 /**
@@ -781,6 +815,47 @@ function details(results, out) {
     out.push(row(Array(6).fill('---')));
     for (const [name, f] of Object.entries(pt.footprint)) {
       out.push(row([name, mb(f.loadRss), mb(f.loadHeap), mb(f.runRss), mb(f.runHeap), mb(f.peakRss)]));
+    }
+    out.push('');
+  }
+  const web = results.http;
+  if (web?.levels) {
+    out.push('## 5. HTTP Idempotency-Key middleware', '');
+    out.push(
+      `\`bench/http/run.mjs\`: the same handler (${web.settings.work}) on node:http, bare and behind \`HttpIdempotency.handler()\` (transactional: the insert through \`req.tx\`; leased: the handler's own transaction), each request a fresh \`Idempotency-Key\`; \`replay\`: a key already answered. Requests from fetch (keep-alive) in the same process, real PostgreSQL ${web.postgres ?? ''}, ${web.settings.rounds} interleaved rounds of ${web.settings.seconds} s. Overhead: candidate latency minus bare latency.`,
+      '',
+    );
+    out.push(
+      row([
+        'c',
+        'variant',
+        'req/s (median)',
+        'per round',
+        'vs bare',
+        'p50 / p99 ms',
+        'overhead p50 / p99 ms',
+      ]),
+    );
+    out.push(row(Array(7).fill('---')));
+    for (const level of web.levels) {
+      for (const [name, sm] of Object.entries(level.summary)) {
+        const over = level.overheadMs[name];
+        out.push(
+          row([
+            level.concurrency,
+            name,
+            rate(sm.perSecond),
+            sm.rounds.join(', '),
+            name === 'bare'
+              ? '1.00×'
+              : level.vsBare[name] >= 1
+                ? slower(level.vsBare[name])
+                : faster(1 / level.vsBare[name]),
+            lat(sm),
+            over ? `${formatMs(over.p50)} / ${formatMs(over.p99)}` : '—',
+          ]),
+        );
+      }
     }
     out.push('');
   }

@@ -1,152 +1,135 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { Worker } from 'node:worker_threads';
+import type { AccountLedger } from './providerServer.js';
+import type { FromWorker, ToWorker } from './providerWorker.js';
 
-/** One charge in the provider's ledger. */
-export interface Charge {
-  id: string;
-  orderId: string;
-  amountCents: number;
-  /** The Idempotency-Key it was created with, if any. */
-  idempotencyKey?: string;
-}
-
-/** What a charge request carries. */
-export interface ChargeRequest {
-  orderId: string;
-  amountCents: number;
-  /** Sent as the `Idempotency-Key` header: the same key returns the same charge. */
-  idempotencyKey?: string;
-}
+export type { AccountLedger, Charge } from './providerServer.js';
 
 /**
- * A stand-in for a card processor such as Stripe: a tiny HTTP server on 127.0.0.1 with
- * its own in-memory ledger, outside the consumer's database. It honours an
- * `Idempotency-Key` header the way real providers do: a repeated key returns the
- * original charge and charges nothing; a repeated key with different parameters is
- * refused (422). Without a key every request is a new charge.
+ * A stand-in for a card processor such as Stripe: `ProviderServer` (an HTTP server on
+ * `@oncely/http` with its own PGlite ledger) started in a worker thread, so the
+ * provider's database works on another core than the consumers'. This is its handle in
+ * the main thread: the URL, live counters for progress lines, and the committed ledger.
+ *
+ * The worker runs the built `dist/providerWorker.js` (run `npm run build` first).
  *
  * @example
  * ```ts
  * const provider = await FakePaymentProvider.start();
- * await provider.charge({ orderId: 'o-1', amountCents: 4000, idempotencyKey: 'payments:o-1:charge' });
- * console.log(provider.totalCents); // 4000
+ * await fetch(`${provider.url}/v1/charges`, {
+ *   method: 'POST',
+ *   headers: { 'content-type': 'application/json', 'x-account': 'shop', 'idempotency-key': 'payments:o-1:charge' },
+ *   body: JSON.stringify({ orderId: 'o-1', amountCents: 4000 }),
+ * });
+ * console.log(await provider.ledger('shop')); // { charges: 1, totalCents: 4000 }
  * await provider.close();
  * ```
  */
 export class FakePaymentProvider {
-  private readonly charges: Charge[] = [];
-  private readonly byKey = new Map<string, Charge>();
   /** Requests answered with an earlier charge because their key was seen before. */
   replays = 0;
+  private readonly writtenByAccount = new Map<string, AccountLedger>();
+  private readonly pending = new Map<
+    number,
+    { resolve: (ledger: AccountLedger) => void; reject: (error: Error) => void }
+  >();
+  private nextId = 0;
+  private closing: Promise<void> | undefined;
 
   private constructor(
-    private readonly server: Server,
+    private readonly worker: Worker,
     /** Base URL, for example `http://127.0.0.1:49152`. */
     readonly url: string,
   ) {}
 
-  /** Starts the server on a free port of 127.0.0.1. */
-  static async start(): Promise<FakePaymentProvider> {
-    let provider: FakePaymentProvider | undefined;
-    const server = createServer((request, response) => {
-      provider!.handle(request, response).catch((error: unknown) => {
-        respond(response, 500, { error: String(error) });
-      });
-    });
-    // Keep-alive sockets from fetch would otherwise hold close() open.
-    server.keepAliveTimeout = 1000;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', resolve);
-    });
-    const { port } = server.address() as AddressInfo;
-    provider = new FakePaymentProvider(server, `http://127.0.0.1:${port}`);
-    return provider;
-  }
-
-  /** Charges made (replays excluded). */
-  get chargeCount(): number {
-    return this.charges.length;
-  }
-
-  /** Sum of every charge made, in cents. */
-  get totalCents(): number {
-    return this.charges.reduce((sum, charge) => sum + charge.amountCents, 0);
-  }
-
-  /** A copy of the ledger. */
-  ledger(): Charge[] {
-    return this.charges.map((charge) => ({ ...charge }));
-  }
-
-  /**
-   * Client side: POSTs a charge over HTTP, with the `Idempotency-Key` header when a key
-   * is given. Rejects on any non-2xx answer.
-   */
-  async charge(request: ChargeRequest, signal?: AbortSignal): Promise<Charge> {
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (request.idempotencyKey !== undefined) headers['idempotency-key'] = request.idempotencyKey;
-    const response = await fetch(`${this.url}/v1/charges`, {
-      method: 'POST',
-      headers,
-      body: JSON.stringify({ orderId: request.orderId, amountCents: request.amountCents }),
-      signal,
-    });
-    const answer = (await response.json()) as Charge & { error?: string };
-    if (!response.ok) throw new Error(`provider refused the charge (${response.status}): ${answer.error}`);
-    return answer;
-  }
-
-  async close(): Promise<void> {
-    await new Promise<void>((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeAllConnections();
-    });
-  }
-
-  private async handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    if (request.method !== 'POST' || request.url !== '/v1/charges') {
-      respond(response, 404, { error: 'not found' });
-      return;
-    }
-    const chunks: Buffer[] = [];
-    for await (const chunk of request) chunks.push(chunk as Buffer);
-    const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
-      orderId?: unknown;
-      amountCents?: unknown;
-    };
-    if (typeof body.orderId !== 'string' || typeof body.amountCents !== 'number') {
-      respond(response, 400, { error: 'orderId (string) and amountCents (number) are required' });
-      return;
-    }
-    const key = request.headers['idempotency-key'];
-    const idempotencyKey = typeof key === 'string' && key !== '' ? key : undefined;
-    if (idempotencyKey !== undefined) {
-      const earlier = this.byKey.get(idempotencyKey);
-      if (earlier) {
-        if (earlier.orderId !== body.orderId || earlier.amountCents !== body.amountCents) {
-          respond(response, 422, { error: 'Idempotency-Key reused with different parameters' });
-          return;
+  /** Starts the worker, its database and its server; resolves once it listens. */
+  static start(): Promise<FakePaymentProvider> {
+    // dist/ from both src/ (tests) and dist/ (the demo): a worker cannot run TypeScript.
+    const worker = new Worker(new URL('../dist/providerWorker.js', import.meta.url));
+    return new Promise<FakePaymentProvider>((resolve, reject) => {
+      let provider: FakePaymentProvider | undefined;
+      // One set of listeners for the worker's whole life (never removeAllListeners: the
+      // Worker keeps internal listeners of its own).
+      worker.on('message', (message: FromWorker) => {
+        if (message.type === 'ready') {
+          provider = new FakePaymentProvider(worker, message.url);
+          resolve(provider);
+        } else if (message.type === 'failed') {
+          reject(new Error(`payment provider failed to start: ${message.error}`));
+          void worker.terminate();
+        } else {
+          provider?.receive(message);
         }
-        this.replays++;
-        respond(response, 200, earlier);
+      });
+      const fail = (error: Error) => {
+        reject(error);
+        provider?.failPending(error);
+      };
+      worker.on('error', fail);
+      worker.on('exit', (code) => fail(new Error(`payment provider worker exited with code ${code}`)));
+    });
+  }
+
+  /** Charges the provider's handler wrote for `account` so far (for progress lines; `ledger()` is the committed figure). */
+  written(account: string): AccountLedger {
+    return { ...(this.writtenByAccount.get(account) ?? { charges: 0, totalCents: 0 }) };
+  }
+
+  /** The committed ledger of `account`, read from the provider's database. */
+  ledger(account: string): Promise<AccountLedger> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.post({ type: 'ledger', id, account });
+    });
+  }
+
+  /** Closes the server and its database, then ends the worker. */
+  close(): Promise<void> {
+    this.closing ??= new Promise<void>((resolve) => {
+      // A worker that does not answer is ended anyway.
+      const timer = setTimeout(resolve, 10_000);
+      this.onClosed = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.worker.once('exit', this.onClosed);
+      this.post({ type: 'close' });
+    }).then(() => this.worker.terminate().then(() => {}));
+    return this.closing;
+  }
+
+  private onClosed: (() => void) | undefined;
+
+  private receive(message: FromWorker): void {
+    switch (message.type) {
+      case 'charge': {
+        const written = this.writtenByAccount.get(message.account) ?? { charges: 0, totalCents: 0 };
+        this.writtenByAccount.set(message.account, {
+          charges: written.charges + 1,
+          totalCents: written.totalCents + message.amountCents,
+        });
         return;
       }
+      case 'replay':
+        this.replays++;
+        return;
+      case 'ledger':
+        this.pending.get(message.id)?.resolve({ charges: message.charges, totalCents: message.totalCents });
+        this.pending.delete(message.id);
+        return;
+      case 'closed':
+        this.onClosed?.();
+        return;
     }
-    const charge: Charge = {
-      id: `ch_${this.charges.length + 1}`,
-      orderId: body.orderId,
-      amountCents: body.amountCents,
-      idempotencyKey,
-    };
-    this.charges.push(charge);
-    if (idempotencyKey !== undefined) this.byKey.set(idempotencyKey, charge);
-    respond(response, 201, charge);
   }
-}
 
-function respond(response: ServerResponse, status: number, body: unknown): void {
-  if (response.headersSent) return;
-  response.writeHead(status, { 'content-type': 'application/json' });
-  response.end(JSON.stringify(body));
+  /** A worker that failed or exited answers no more questions. */
+  private failPending(error: Error): void {
+    for (const { reject } of this.pending.values()) reject(error);
+    this.pending.clear();
+  }
+
+  private post(message: ToWorker): void {
+    this.worker.postMessage(message);
+  }
 }

@@ -1,15 +1,15 @@
 import type { MemoryBroker, MemoryDelivery } from '@oncely/memory';
-import type { FakePaymentProvider } from './FakePaymentProvider.js';
+import { requestCharge } from './chargeClient.js';
 import type { Order } from './orders.js';
 
 /**
- * The consumer most code bases start with: receive, charge, ack. No record of what was
- * processed and no idempotency key, so every redelivery (a lost ack, a duplicate
+ * The consumer most code bases start with: receive, charge over HTTP, ack. No record of
+ * what was processed and no idempotency key, so every redelivery (a lost ack, a duplicate
  * delivery) and every producer retry charges the card again.
  *
  * @example
  * ```ts
- * const naive = new NaiveConsumer(broker, 'payments.naive', provider, 8);
+ * const naive = new NaiveConsumer(broker, 'payments.naive', provider.url, 8);
  * naive.start();
  * await naive.stop();
  * ```
@@ -23,7 +23,8 @@ export class NaiveConsumer {
   constructor(
     private readonly broker: MemoryBroker,
     private readonly queue: string,
-    private readonly provider: FakePaymentProvider,
+    /** The payment provider's base URL. */
+    private readonly providerUrl: string,
     private readonly concurrency: number,
   ) {}
 
@@ -62,7 +63,7 @@ export class NaiveConsumer {
   private async handle(delivery: MemoryDelivery): Promise<void> {
     const order = delivery.body as Order;
     try {
-      await this.provider.charge({ orderId: order.orderId, amountCents: order.amountCents });
+      await requestCharge(this.providerUrl, order, { account: NAIVE_ACCOUNT });
       await this.broker.ack(delivery.receipt);
     } catch {
       // Give it back for another try; a stale receipt means it is already back.
@@ -70,3 +71,6 @@ export class NaiveConsumer {
     }
   }
 }
+
+/** The provider account the naive consumer charges. */
+export const NAIVE_ACCOUNT = 'naive';

@@ -1,32 +1,48 @@
 import { parseArgs } from 'node:util';
 import { type DemoProgress, type DemoResult, runDemo } from './runDemo.js';
 
+const DEFAULTS = { messages: 1500, seed: 42, concurrency: 8, dropAck: 0.2, duplicateDelivery: 0.05 };
+
+const USAGE = `usage: npm run demo -- [options]
+
+Runs the payments scenario (a naive consumer beside an Oncely one, on the memory broker
+and embedded PostgreSQL) and prints one table. Exits 0 when Oncely charged each order
+once, 1 when it did not, 2 on bad usage.
+
+options:
+  -n, --messages N              distinct orders                      (default ${DEFAULTS.messages})
+      --seed S                  seeds amounts, producer retries, faults (default ${DEFAULTS.seed})
+      --concurrency C           handlers in flight per consumer      (default ${DEFAULTS.concurrency})
+      --drop-ack R              share of acks the broker loses, 0..<1 (default ${DEFAULTS.dropAck})
+      --duplicate-delivery R    share of deliveries handed out twice  (default ${DEFAULTS.duplicateDelivery})
+  -h, --help                    this message`;
+
 /**
  * `npm run demo [-- --messages N --seed S --concurrency C --drop-ack R --duplicate-delivery R]`:
- * runs the payments scenario and prints one table. Exits 1 when Oncely's total is wrong.
+ * runs the payments scenario and prints one table. Exits 1 when Oncely's total is wrong,
+ * 2 on bad usage (with the usage message, never a stack trace).
  */
-async function main(): Promise<number> {
-  const { values } = parseArgs({
-    options: {
-      messages: { type: 'string', short: 'n' },
-      seed: { type: 'string' },
-      concurrency: { type: 'string' },
-      'drop-ack': { type: 'string' },
-      'duplicate-delivery': { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
+async function main(argv: string[]): Promise<number> {
+  let values: ReturnType<typeof parseOptions>['values'];
+  try {
+    ({ values } = parseOptions(argv));
+  } catch (error) {
+    // parseArgs refuses unknown flags and missing values with a TypeError: bad usage.
+    throw new UsageError((error as Error).message);
+  }
   if (values.help) {
-    console.log(
-      'usage: npm run demo -- [--messages N] [--seed S] [--concurrency C] [--drop-ack 0.2] [--duplicate-delivery 0.05]',
-    );
+    console.log(USAGE);
     return 0;
   }
-  const messages = intArg(values.messages, 'messages', 1500, 1);
-  const seed = intArg(values.seed, 'seed', 42, 0);
-  const concurrency = intArg(values.concurrency, 'concurrency', 8, 1);
-  const dropAckRate = rateArg(values['drop-ack'], 'drop-ack', 0.2);
-  const duplicateDeliveryRate = rateArg(values['duplicate-delivery'], 'duplicate-delivery', 0.05);
+  const messages = intArg(values.messages, 'messages', DEFAULTS.messages, 1);
+  const seed = intArg(values.seed, 'seed', DEFAULTS.seed, 0);
+  const concurrency = intArg(values.concurrency, 'concurrency', DEFAULTS.concurrency, 1);
+  const dropAckRate = rateArg(values['drop-ack'], 'drop-ack', DEFAULTS.dropAck);
+  const duplicateDeliveryRate = rateArg(
+    values['duplicate-delivery'],
+    'duplicate-delivery',
+    DEFAULTS.duplicateDelivery,
+  );
 
   console.log(
     `Oncely payments demo: ${messages} orders, seed ${seed}, concurrency ${concurrency}; the broker loses ` +
@@ -38,6 +54,7 @@ async function main(): Promise<number> {
     concurrency,
     dropAckRate,
     duplicateDeliveryRate,
+    onStatus: (line) => console.log(line),
     onProgress: (p) => console.log(progressLine(p)),
   });
   console.log(table(result));
@@ -54,11 +71,40 @@ async function main(): Promise<number> {
   return 1;
 }
 
+function parseOptions(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    options: {
+      messages: { type: 'string', short: 'n' },
+      seed: { type: 'string' },
+      concurrency: { type: 'string' },
+      'drop-ack': { type: 'string' },
+      'duplicate-delivery': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
+
 function table(result: DemoResult): string {
+  const { naive, oncely } = result;
+  const extra = (tally: typeof naive) => tally.deliveries - result.orders;
   const rows: Array<[string, string, string]> = [
-    ['messages sent', count(result.naive.sent), count(result.oncely.sent)],
-    ['deliveries', count(result.naive.deliveries), count(result.oncely.deliveries)],
-    ['duplicates skipped', count(result.naive.duplicatesSkipped), count(result.oncely.duplicatesSkipped)],
+    ['messages sent', count(naive.sent), count(oncely.sent)],
+    ['deliveries', count(naive.deliveries), count(oncely.deliveries)],
+    ['deliveries beyond one per order', count(extra(naive)), count(extra(oncely))],
+    ['  from producer retries', count(naive.sources.producerRetries), count(oncely.sources.producerRetries)],
+    ['  from lost acks (redelivered)', count(naive.sources.lostAcks), count(oncely.sources.lostAcks)],
+    [
+      '  from broker duplicates',
+      count(naive.sources.brokerDuplicates),
+      count(oncely.sources.brokerDuplicates),
+    ],
+    [
+      '  from other redeliveries',
+      count(naive.sources.otherRedeliveries),
+      count(oncely.sources.otherRedeliveries),
+    ],
+    ['duplicates skipped', count(naive.duplicatesSkipped), count(oncely.duplicatesSkipped)],
     ['charges made', count(result.naive.charges), count(result.oncely.charges)],
     ['total charged', money(result.naive.totalChargedCents), money(result.oncely.totalChargedCents)],
     ['expected total', money(result.expectedTotalCents), money(result.expectedTotalCents)],
@@ -75,15 +121,20 @@ function table(result: DemoResult): string {
   const rule = `  ${'-'.repeat(widths[0]! + widths[1]! + widths[2]! + 6)}`;
   const summary =
     `${count(result.orders)} orders, ${count(result.published)} messages published ` +
-    `(${count(result.producerDuplicates)} producer retries), ${(result.durationMs / 1000).toFixed(1)} s`;
+    `(${count(result.producerDuplicates)} producer retries), ${(result.durationMs / 1000).toFixed(1)} s ` +
+    `(${(result.startupMs / 1000).toFixed(1)} s of it starting the databases); ` +
+    `charges the provider answered from a stored Idempotency-Key response: ${count(result.providerReplays)}`;
   return ['', `  ${summary}`, '', line(header), rule, ...rows.map(line), ''].join('\n');
 }
 
+/** The same counters as the table's rows, so the last line (`done`) matches it exactly. */
 function progressLine(p: DemoProgress): string {
+  const side = (name: string, c: DemoProgress['oncely']) =>
+    `${name} ${count(c.deliveries)} deliveries, ${count(c.duplicatesSkipped)} duplicates skipped, ${count(c.charges)} charges`;
+  const stamp = p.final ? ' done ' : `${(p.elapsedMs / 1000).toFixed(1).padStart(5)} s`;
   return (
-    `  [${(p.elapsedMs / 1000).toFixed(1).padStart(5)} s] published ${p.published}/${p.toPublish}; ` +
-    `oncely ${p.oncelyProcessed}/${p.orders} orders paid (${p.oncelyDeliveries} deliveries); ` +
-    `naive ${p.naiveDeliveries} deliveries`
+    `  [${stamp}] published ${count(p.published)}/${count(p.toPublish)}; ` +
+    `${side('naive', p.naive)}; ${side('oncely', p.oncely)}`
   );
 }
 
@@ -110,12 +161,17 @@ function rateArg(value: string | undefined, name: string, fallback: number): num
 
 class UsageError extends Error {}
 
-main().then(
+main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code;
   },
   (error: unknown) => {
-    console.error(error instanceof UsageError ? error.message : error);
-    process.exitCode = error instanceof UsageError ? 2 : 1;
+    if (error instanceof UsageError) {
+      console.error(`${error.message}\n\n${USAGE}`);
+      process.exitCode = 2;
+      return;
+    }
+    console.error(error);
+    process.exitCode = 1;
   },
 );

@@ -1,8 +1,9 @@
 import { createConsumer, type Logger, stderrLogger } from '@oncely/core';
-import { MemoryBroker, randomFaults } from '@oncely/memory';
+import { type BrokerFaults, MemoryBroker, randomFaults } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
+import { requestCharge } from './chargeClient.js';
 import { FakePaymentProvider } from './FakePaymentProvider.js';
-import { NaiveConsumer } from './NaiveConsumer.js';
+import { NAIVE_ACCOUNT, NaiveConsumer } from './NaiveConsumer.js';
 import { type Order, orderStream } from './orders.js';
 
 /** Knobs of one demo run; every field has a default. */
@@ -21,8 +22,13 @@ export interface DemoOptions {
   producerDuplicateShare?: number;
   /** Broker lease; a lost ack's message comes back after it. @default 500 */
   visibilityTimeoutMs?: number;
-  /** Called every `progressIntervalMs` while the run lasts. */
+  /**
+   * Called every `progressIntervalMs` while the run lasts, and once more at the end with
+   * `final: true` and the figures of the result's table.
+   */
   onProgress?: (progress: DemoProgress) => void;
+  /** Status lines (the embedded databases starting, and ready). */
+  onStatus?: (line: string) => void;
   /** @default 2000 */
   progressIntervalMs?: number;
   /** Gives up waiting for the queues to drain after this long. @default 60 s + 20 ms per message */
@@ -31,15 +37,39 @@ export interface DemoOptions {
   logger?: Logger;
 }
 
+/** One consumer's figures in a progress snapshot: the same counters the final table shows. */
+export interface ConsumerProgress {
+  deliveries: number;
+  duplicatesSkipped: number;
+  /** Charges the provider made for this consumer so far. */
+  charges: number;
+}
+
 /** A progress snapshot. */
 export interface DemoProgress {
   elapsedMs: number;
   published: number;
   toPublish: number;
-  naiveDeliveries: number;
-  oncelyDeliveries: number;
-  oncelyProcessed: number;
   orders: number;
+  naive: ConsumerProgress;
+  oncely: ConsumerProgress;
+  /** The snapshot taken after both queues drained (its figures are the table's). */
+  final: boolean;
+}
+
+/**
+ * Where the deliveries beyond one per order came from. The four add up to
+ * `deliveries - orders`: for Oncely that is exactly the duplicates it skipped.
+ */
+export interface DuplicateSources {
+  /** Extra publishes of an order (the producer retried after a timeout). */
+  producerRetries: number;
+  /** Acks the broker lost: each message came back once its lease ran out. */
+  lostAcks: number;
+  /** Deliveries the broker handed out twice. */
+  brokerDuplicates: number;
+  /** Any other redelivery (a failed attempt retried, a lease that ran out mid-handler). */
+  otherRedeliveries: number;
 }
 
 /** What one consumer did. */
@@ -53,6 +83,8 @@ export interface ConsumerTally {
   /** Charges the provider made for it. */
   charges: number;
   totalChargedCents: number;
+  /** Where its extra deliveries came from. */
+  sources: DuplicateSources;
 }
 
 /** The outcome of a run. */
@@ -68,20 +100,48 @@ export interface DemoResult {
   /** Oncely charged exactly the expected total and wrote one payment row per order. */
   ok: boolean;
   durationMs: number;
+  /** The last progress snapshot (`final: true`): the same figures as the table. */
+  progress: DemoProgress;
+  /** Time the embedded databases took to start, in ms. */
+  startupMs: number;
+  /** Charges the provider answered from its stored response (a retried key) instead of charging. */
+  providerReplays: number;
   seed: number;
   faults: { dropAckRate: number; duplicateDeliveryRate: number };
 }
 
 const NAIVE_QUEUE = 'payments.naive';
 const ONCELY_QUEUE = 'payments.oncely';
+const ONCELY_ACCOUNT = 'oncely';
+
+/** The seeded faults, counted per queue as the broker applies them. */
+function countedFaults(faults: BrokerFaults) {
+  const counts = new Map<string, { lostAcks: number; brokerDuplicates: number }>(
+    [NAIVE_QUEUE, ONCELY_QUEUE].map((queue) => [queue, { lostAcks: 0, brokerDuplicates: 0 }]),
+  );
+  const counted: BrokerFaults = {
+    dropAck: (id, target) => {
+      const hit = faults.dropAck?.(id, target) ?? false;
+      if (hit) counts.get(target.queue)!.lostAcks++;
+      return hit;
+    },
+    duplicateDelivery: (id, target) => {
+      const hit = faults.duplicateDelivery?.(id, target) ?? false;
+      if (hit) counts.get(target.queue)!.brokerDuplicates++;
+      return hit;
+    },
+  };
+  return { counted, counts: (queue: string) => ({ ...counts.get(queue)! }) };
+}
 
 /**
  * The classic at-least-once scenario, end to end on the embedded defaults (MemoryBroker
  * and PGlite): a producer publishes orders (some of them more than once) to two queues
  * with the same fault pattern — lost acks and duplicate deliveries. A naive consumer
  * charges on every delivery; the Oncely consumer records the payment through `ctx.tx`
- * and charges with `ctx.idempotencyKey('charge')`. Each has its own payment provider
- * ledger.
+ * and charges over HTTP with `idempotentFetch(ctx.idempotencyKey('charge'), ...)`. The
+ * provider is a real HTTP server on `@oncely/http` with its own embedded database; each
+ * consumer charges its own account there.
  *
  * @example
  * ```ts
@@ -102,16 +162,37 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const stream = orderStream(messages, { seed, duplicateShare: options.producerDuplicateShare ?? 0.1 });
   const broker = new MemoryBroker();
   // Decisions depend on (seed, order ID, delivery count) only: both queues get the same pattern.
-  broker.faults = randomFaults({ seed, dropAck: dropAckRate, duplicateDelivery: duplicateDeliveryRate });
+  const faults = countedFaults(
+    randomFaults({ seed, dropAck: dropAckRate, duplicateDelivery: duplicateDeliveryRate }),
+  );
+  broker.faults = faults.counted;
   for (const queue of [NAIVE_QUEUE, ONCELY_QUEUE]) broker.createQueue(queue, { visibilityTimeoutMs });
 
-  const naiveProvider = await FakePaymentProvider.start();
-  const oncelyProvider = await FakePaymentProvider.start();
+  // Two embedded PostgreSQL instances (PGlite, WebAssembly): the consumers' store and the
+  // provider's own ledger. Starting them is most of the demo's first seconds.
+  options.onStatus?.(
+    "starting the embedded databases (PGlite: the consumers' store and the payment provider's)…",
+  );
   const store = PostgresStore.embedded();
+  const startingProvider = FakePaymentProvider.start();
+  const migrating = store.migrate();
+  const [providerStart, storeStart] = await Promise.allSettled([startingProvider, migrating]);
+  if (providerStart.status === 'rejected' || storeStart.status === 'rejected') {
+    broker.close();
+    await store.close();
+    if (providerStart.status === 'fulfilled') await providerStart.value.close();
+    throw providerStart.status === 'rejected'
+      ? providerStart.reason
+      : (storeStart as PromiseRejectedResult).reason;
+  }
+  const provider = providerStart.value;
+  const startupMs = Date.now() - started;
+  options.onStatus?.(
+    `databases ready in ${(startupMs / 1000).toFixed(1)} s; payment provider at ${provider.url}`,
+  );
   let progressTimer: NodeJS.Timeout | undefined;
   const running: Array<{ stop(): Promise<void> }> = [];
   try {
-    await store.migrate();
     await store.transaction((tx) =>
       // No unique key on order_id on purpose: only Oncely's processed marker stands between a redelivery and a second row.
       tx.query(`CREATE TABLE payments (
@@ -123,7 +204,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       )`),
     );
 
-    const naive = new NaiveConsumer(broker, NAIVE_QUEUE, naiveProvider, concurrency);
+    const naive = new NaiveConsumer(broker, NAIVE_QUEUE, provider.url, concurrency);
     running.push(naive);
     const oncely = await createConsumer<Order>({
       name: 'payments',
@@ -134,10 +215,11 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       handler: async (message, ctx) => {
         const { orderId, amountCents } = message.body;
         // The provider keeps its own state: the key makes a retried charge return the first one.
-        const charge = await oncelyProvider.charge(
-          { orderId, amountCents, idempotencyKey: ctx.idempotencyKey('charge') },
-          ctx.signal,
-        );
+        const charge = await requestCharge(provider.url, message.body, {
+          account: ONCELY_ACCOUNT,
+          idempotencyKey: ctx.idempotencyKey('charge'),
+          signal: ctx.signal,
+        });
         await ctx.tx.query('INSERT INTO payments (order_id, amount_cents, charge_id) VALUES ($1, $2, $3)', [
           orderId,
           amountCents,
@@ -152,14 +234,22 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     oncely.on('processed', () => tally.processed++);
 
     let published = 0;
-    const progress = (): DemoProgress => ({
+    const progress = (final = false): DemoProgress => ({
       elapsedMs: Date.now() - started,
       published,
       toPublish: stream.publishes.length,
-      naiveDeliveries: naive.deliveries,
-      oncelyDeliveries: tally.received,
-      oncelyProcessed: tally.processed,
       orders: messages,
+      naive: {
+        deliveries: naive.deliveries,
+        duplicatesSkipped: 0,
+        charges: provider.written(NAIVE_ACCOUNT).charges,
+      },
+      oncely: {
+        deliveries: tally.received,
+        duplicatesSkipped: tally.duplicates,
+        charges: provider.written(ONCELY_ACCOUNT).charges,
+      },
+      final,
     });
     if (options.onProgress) {
       const report = options.onProgress;
@@ -180,6 +270,9 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       [NAIVE_QUEUE, ONCELY_QUEUE].map((queue) => broker.waitForIdle(queue, { timeoutMs })),
     );
     await Promise.all([naive.stop(), oncely.stop()]);
+    clearInterval(progressTimer);
+    const last = progress(true);
+    options.onProgress?.(last);
 
     const { rows } = await store.transaction((tx) =>
       tx.query<{ rows: number; orders: number }>(
@@ -190,6 +283,18 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     const distinctPaymentOrders = rows[0]?.orders ?? 0;
     const drained = idle.every(Boolean);
     const sent = stream.publishes.length;
+    const [naiveLedger, oncelyLedger] = await Promise.all([
+      provider.ledger(NAIVE_ACCOUNT),
+      provider.ledger(ONCELY_ACCOUNT),
+    ]);
+    const sources = (queue: string, deliveries: number): DuplicateSources => {
+      const injected = faults.counts(queue);
+      return {
+        producerRetries: sent - messages,
+        ...injected,
+        otherRedeliveries: deliveries - sent - injected.lostAcks - injected.brokerDuplicates,
+      };
+    };
     const result: DemoResult = {
       orders: messages,
       published: sent,
@@ -199,26 +304,31 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         sent,
         deliveries: naive.deliveries,
         duplicatesSkipped: 0,
-        charges: naiveProvider.chargeCount,
-        totalChargedCents: naiveProvider.totalCents,
+        charges: naiveLedger.charges,
+        totalChargedCents: naiveLedger.totalCents,
+        sources: sources(NAIVE_QUEUE, naive.deliveries),
       },
       oncely: {
         sent,
         deliveries: tally.received,
         duplicatesSkipped: tally.duplicates,
-        charges: oncelyProvider.chargeCount,
-        totalChargedCents: oncelyProvider.totalCents,
+        charges: oncelyLedger.charges,
+        totalChargedCents: oncelyLedger.totalCents,
+        sources: sources(ONCELY_QUEUE, tally.received),
         paymentRows,
         distinctPaymentOrders,
       },
       drained,
       ok:
         drained &&
-        oncelyProvider.totalCents === stream.expectedTotalCents &&
-        oncelyProvider.chargeCount === messages &&
+        oncelyLedger.totalCents === stream.expectedTotalCents &&
+        oncelyLedger.charges === messages &&
         paymentRows === messages &&
         distinctPaymentOrders === messages,
       durationMs: Date.now() - started,
+      progress: last,
+      startupMs,
+      providerReplays: provider.replays,
       seed,
       faults: { dropAckRate, duplicateDeliveryRate },
     };
@@ -228,7 +338,6 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     // Both stops are idempotent: a no-op after a normal run, a clean shutdown after a failure.
     await Promise.allSettled(running.map((consumer) => consumer.stop()));
     broker.close();
-    await store.close();
-    await Promise.all([naiveProvider.close(), oncelyProvider.close()]);
+    await Promise.all([store.close(), provider.close()]);
   }
 }

@@ -4,11 +4,12 @@ import { retryDelayMs } from './backoff.js';
 import { decodeBody } from './body.js';
 import { CONSUMER_DEFAULTS, DEFAULT_BATCH_MAX_WAIT_MS, validateConsumerConfig } from './config.js';
 import { ConfigError, ConsumerStateError, isOncelyError, LeaseLostError, OncelyError } from './errors.js';
+import { fingerprintDelivery } from './fingerprint.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
 import { stderrLogger } from './logger.js';
 import { Metrics } from './metrics.js';
-import { processBatchOnce, retryTransient } from './processOnce.js';
+import { fingerprintStore, processBatchOnce, retryTransient } from './processOnce.js';
 import type {
   AdapterRuntime,
   BrokerAdapter,
@@ -22,14 +23,17 @@ import type {
   Logger,
   Message,
   MessageKey,
+  PayloadMismatch,
   SqlClient,
 } from './types.js';
 
 type State = 'created' | 'running' | 'stopping' | 'stopped';
 
 /** Resolved config: every optional field filled in. */
-type Settings<TBody, Tx> = Required<Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff' | 'batch'>> &
-  Pick<ConsumerConfig<TBody, Tx>, 'backoff' | 'batch'> & {
+type Settings<TBody, Tx> = Required<
+  Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff' | 'batch' | 'payloadFingerprint'>
+> &
+  Pick<ConsumerConfig<TBody, Tx>, 'backoff' | 'batch' | 'payloadFingerprint'> & {
     idStrategy: NonNullable<ConsumerConfig['idStrategy']>;
   };
 
@@ -37,6 +41,8 @@ type Settings<TBody, Tx> = Required<Omit<ConsumerConfig<TBody, Tx>, 'idStrategy'
 type Outcome =
   | { kind: 'processed' }
   | { kind: 'duplicate' }
+  /** A duplicate whose payload fingerprint differs from the marker's. */
+  | { kind: 'mismatch'; mismatch: PayloadMismatch }
   | { kind: 'exhausted' }
   | { kind: 'busy'; retryInMs: number }
   /** Given back without counting: the stop deadline aborted the handler. */
@@ -55,6 +61,8 @@ interface Prepared<TBody> extends Held {
   key: MessageKey;
   attempt: number;
   message: Message<TBody>;
+  /** With `payloadFingerprint`: this delivery's fingerprint, stored with its marker. */
+  fingerprint?: string;
 }
 
 /** Thrown inside the transaction to roll back a claim whose attempts are used up. */
@@ -124,6 +132,9 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     this.store = config.store;
     if (this.settings.mode === 'offsets' && !this.store.offsets) {
       throw new ConfigError('mode', "is 'offsets' but the store keeps no offsets");
+    }
+    if (this.settings.payloadFingerprint && !this.store.fingerprints) {
+      throw new ConfigError('payloadFingerprint', 'is set but the store keeps no payload fingerprints');
     }
     if (config.batch) {
       const { size, maxWaitMs = DEFAULT_BATCH_MAX_WAIT_MS } = config.batch;
@@ -383,7 +394,15 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       broker: this.adapter.type,
       raw: envelope.raw,
     };
-    return { ...held, key, attempt, message, event: { ...event, attempt } };
+    const prepared: Prepared<TBody> = { ...held, key, attempt, message, event: { ...event, attempt } };
+    try {
+      prepared.fingerprint = fingerprintDelivery(this.settings.payloadFingerprint, envelope, message);
+    } catch (error) {
+      // The user's fingerprint function threw: a failed attempt like a handler's throw.
+      await this.conclude({ kind: 'failed', error }, delivery, prepared.event);
+      return undefined;
+    }
+    return prepared;
   }
 
   /**
@@ -419,6 +438,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       this.settings.name,
       batch.map((entry) => ({
         messageId: entry.key.messageId,
+        fingerprint: entry.fingerprint,
         work: async (tx: Tx) => {
           if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
           await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
@@ -426,6 +446,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       })),
     );
     return results.map((result): Outcome => {
+      if (result.status === 'duplicate' && result.payloadMismatch)
+        return { kind: 'mismatch', mismatch: result.payloadMismatch };
       if (result.status !== 'failed') return { kind: result.status };
       if (result.error instanceof AttemptsExhausted) return { kind: 'exhausted' };
       if (result.error instanceof ReleaseRequested) return { kind: 'release' };
@@ -486,6 +508,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     attempt,
     keeper,
     delivery,
+    fingerprint,
   }: Prepared<TBody>): Promise<Outcome> {
     const offset = delivery.envelope.offset;
     try {
@@ -506,6 +529,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
               offset.offset,
             );
             if (!advanced) throw new AlreadyApplied();
+          } else if (fingerprint !== undefined) {
+            const claimed = await fingerprintStore(this.store).claim(
+              tx,
+              key.consumer,
+              new Map([[key.messageId, fingerprint]]),
+            );
+            if (!claimed.has(key.messageId)) return this.compareFingerprint(key, fingerprint, tx);
           } else {
             const claimed = await this.store.claim(tx, key.consumer, [key.messageId]);
             if (!claimed.has(key.messageId)) return { kind: 'duplicate' };
@@ -547,7 +577,15 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     if (acquired === undefined) return;
     if ('refused' in acquired) return finish(acquired.refused);
     const claim = acquired.value;
-    if (claim.status === 'completed') return finish({ kind: 'duplicate' });
+    if (claim.status === 'completed') {
+      const { fingerprint } = prepared;
+      if (fingerprint === undefined) return finish({ kind: 'duplicate' });
+      const compared = await this.withStore([prepared], event, () =>
+        this.leasedStep(() => retryTransient(this.store, () => this.compareFingerprint(key, fingerprint))),
+      );
+      if (compared === undefined) return;
+      return finish('refused' in compared ? compared.refused : compared.value);
+    }
     if (claim.status === 'busy') {
       // Someone holds a live claim: do not ack; come back once it could have expired.
       return finish({ kind: 'busy', retryInMs: Math.max(100, claim.lockedUntil.getTime() - Date.now()) });
@@ -570,8 +608,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         await giveUp();
         return finish(error instanceof ReleaseRequested ? { kind: 'release' } : { kind: 'failed', error });
       }
+      const { fingerprint } = prepared;
       const completed = await this.withStore([prepared], event, () =>
-        this.leasedStep(() => this.store.completeLease(key, claim.owner, result ?? null)),
+        this.leasedStep(() =>
+          fingerprint === undefined
+            ? this.store.completeLease(key, claim.owner, result ?? null)
+            : fingerprintStore(this.store).completeLease(key, claim.owner, result ?? null, fingerprint),
+        ),
       );
       if (completed === undefined) return;
       if ('refused' in completed) {
@@ -602,6 +645,18 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       if (this.store.classifyError(error) === 'unavailable') throw error;
       return { refused: { kind: 'failed', error } };
     }
+  }
+
+  /**
+   * A duplicate under `payloadFingerprint`: a mismatch when the marker holds another
+   * fingerprint. A marker written without one (before the option was on) is a duplicate.
+   */
+  private async compareFingerprint(key: MessageKey, fingerprint: string, tx?: Tx): Promise<Outcome> {
+    const stored = (await fingerprintStore(this.store).read(key.consumer, [key.messageId], tx)).get(
+      key.messageId,
+    );
+    if (stored === undefined || stored === fingerprint) return { kind: 'duplicate' };
+    return { kind: 'mismatch', mismatch: { storedFingerprint: stored, fingerprint } };
   }
 
   private async runHandler(
@@ -678,6 +733,22 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         this.emit('duplicate', event);
         await this.settle('ack', delivery, () => delivery.ack(), event);
         return;
+      case 'mismatch': {
+        const mismatchEvent = { ...event, payloadMismatch: outcome.mismatch };
+        this.emit('payloadMismatch', mismatchEvent);
+        if (this.settings.onPayloadMismatch === 'dead-letter') {
+          const detail =
+            `message ID already processed with another payload (stored ${outcome.mismatch.storedFingerprint}, ` +
+            `received ${outcome.mismatch.fingerprint})`;
+          await this.deadLetter(delivery, 'payload-mismatch', detail, mismatchEvent);
+          return;
+        }
+        // 'skip': the first payload's effect stands; this copy is acked as the duplicate it is.
+        this.log.warn('duplicate message ID with a different payload: skipped', mismatchEvent);
+        this.emit('duplicate', mismatchEvent);
+        await this.settle('ack', delivery, () => delivery.ack(), mismatchEvent);
+        return;
+      }
       case 'busy':
         await this.uncount(delivery, event);
         await this.retry(delivery, outcome.retryInMs, event);

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError } from './errors.js';
+import { validateFingerprintOptions } from './fingerprint.js';
 import type { BrokerConfig, BrokerType, ConsumerConfig } from './types.js';
 
 /** Broker types `createConsumer` knows, and the package that implements each. */
@@ -23,6 +24,7 @@ export const CONSUMER_DEFAULTS = {
   leaseMs: 30_000,
   outageHoldMs: 60_000,
   stopTimeoutMs: 30_000,
+  onPayloadMismatch: 'skip',
 } as const;
 
 /** Default of `batch.maxWaitMs`: how long a partial batch waits for more messages. */
@@ -48,6 +50,8 @@ const KNOWN_FIELDS = new Set([
   'outageHoldMs',
   'stopTimeoutMs',
   'batch',
+  'payloadFingerprint',
+  'onPayloadMismatch',
   'logger',
 ]);
 
@@ -83,6 +87,10 @@ export function validateConsumerConfig(config: ConsumerConfig<any, any>): void {
   if (typeof config.handler !== 'function')
     throw new ConfigError('handler', 'must be an async function (message, ctx) => ...');
   const { idStrategy, bodyFormat, logger } = config;
+  validateFingerprintOptions(config.payloadFingerprint, config.onPayloadMismatch);
+  if (config.payloadFingerprint && config.mode === 'offsets') {
+    throw new ConfigError('payloadFingerprint', "needs processed markers: not available in 'offsets' mode");
+  }
   if (idStrategy !== undefined && typeof idStrategy !== 'function') checkIdStrategy(idStrategy, 'idStrategy');
   if (bodyFormat !== undefined && typeof bodyFormat !== 'function')
     oneOf(bodyFormat, BODY_FORMATS, 'bodyFormat');

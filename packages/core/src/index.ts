@@ -17,11 +17,13 @@ export {
   StoreReentrancyError,
   StoreUnavailableError,
 } from './errors.js';
+export type { FingerprintedPayload } from './fingerprint.js';
+export { payloadFingerprint } from './fingerprint.js';
 export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 export type { LeaseKeeperOptions } from './LeaseKeeper.js';
 export { LeaseKeeper } from './LeaseKeeper.js';
 export { silentLogger, stderrLogger } from './logger.js';
-export type { BatchItem, BatchItemResult, ProcessOnceResult } from './processOnce.js';
+export type { BatchItem, BatchItemResult, ProcessOnceOptions, ProcessOnceResult } from './processOnce.js';
 export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
 export type {
   AdapterLease,
@@ -41,6 +43,7 @@ export type {
   DiagnoseFinding,
   DiagnoseReport,
   Envelope,
+  FingerprintStore,
   Handler,
   HandlerContext,
   IdempotencyStore,
@@ -50,6 +53,8 @@ export type {
   Message,
   MessageKey,
   OffsetStore,
+  PayloadFingerprintOption,
+  PayloadMismatch,
   ProcessingMode,
   SettlementInfo,
   SqlClient,

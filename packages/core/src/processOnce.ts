@@ -1,7 +1,30 @@
-import type { IdempotencyStore, MessageKey, SqlClient } from './types.js';
+import { ConfigError } from './errors.js';
+import type { FingerprintStore, IdempotencyStore, MessageKey, PayloadMismatch, SqlClient } from './types.js';
 
-/** Result of {@link processOnce}. */
-export type ProcessOnceResult<T> = { status: 'processed'; result: T } | { status: 'duplicate' };
+/**
+ * Result of {@link processOnce}. A duplicate carries `payloadMismatch` when a fingerprint
+ * was given and the marker holds a different one.
+ */
+export type ProcessOnceResult<T> =
+  | { status: 'processed'; result: T }
+  | { status: 'duplicate'; payloadMismatch?: PayloadMismatch };
+
+/**
+ * Options of {@link processOnce}.
+ *
+ * @example
+ * ```ts
+ * const options: ProcessOnceOptions = { fingerprint: payloadFingerprint({ body: event.body }) };
+ * ```
+ */
+export interface ProcessOnceOptions {
+  /**
+   * Stored with the marker; a later call with the same key and another fingerprint gets
+   * `{ status: 'duplicate', payloadMismatch }`. The store must keep fingerprints.
+   * @default none (no fingerprint stored or compared)
+   */
+  fingerprint?: string;
+}
 
 /** Transient store conflicts (40001, 40P01, 55P03) are retried this many times before giving up. */
 export const MAX_TRANSIENT_RETRIES = 10;
@@ -27,16 +50,40 @@ export async function processOnce<T, Tx = SqlClient>(
   store: IdempotencyStore<Tx>,
   key: MessageKey,
   work: (tx: Tx) => Promise<T>,
+  options: ProcessOnceOptions = {},
 ): Promise<ProcessOnceResult<T>> {
+  const { fingerprint } = options;
+  const fingerprints = fingerprint === undefined ? undefined : fingerprintStore(store);
   return retryTransient(store, () =>
     store.transaction(async (tx): Promise<ProcessOnceResult<T>> => {
-      const claimed = await store.claim(tx, key.consumer, [key.messageId]);
+      const claimed = fingerprints
+        ? await fingerprints.claim(tx, key.consumer, new Map([[key.messageId, fingerprint!]]))
+        : await store.claim(tx, key.consumer, [key.messageId]);
       // Not claimed: another transaction committed this marker, we skip (the empty
       // transaction commits nothing).
-      if (!claimed.has(key.messageId)) return { status: 'duplicate' };
+      if (!claimed.has(key.messageId)) {
+        if (!fingerprints) return { status: 'duplicate' };
+        const stored = (await fingerprints.read(key.consumer, [key.messageId], tx)).get(key.messageId);
+        return { status: 'duplicate', ...mismatch(stored, fingerprint!) };
+      }
       return { status: 'processed', result: await work(tx) };
     }),
   );
+}
+
+/** The store's fingerprint side, or a clear error for a store that keeps none. */
+export function fingerprintStore<Tx>(store: IdempotencyStore<Tx>): FingerprintStore<Tx> {
+  if (!store.fingerprints) {
+    throw new ConfigError('fingerprint', 'this store keeps no payload fingerprints (use @oncely/postgres)');
+  }
+  return store.fingerprints;
+}
+
+/** `{ payloadMismatch }` when a stored fingerprint differs from ours; `{}` otherwise (none stored counts as a match). */
+function mismatch(stored: string | undefined, fingerprint: string): { payloadMismatch?: PayloadMismatch } {
+  return stored !== undefined && stored !== fingerprint
+    ? { payloadMismatch: { storedFingerprint: stored, fingerprint } }
+    : {};
 }
 
 /** Re-runs `attempt` while the store classifies its failure as transient. */
@@ -56,6 +103,8 @@ export async function retryTransient<T>(store: IdempotencyStore<any>, attempt: (
 export interface BatchItem<T, Tx = SqlClient> {
   messageId: string;
   work: (tx: Tx) => Promise<T>;
+  /** Stored with the marker and compared on a duplicate, as in {@link ProcessOnceOptions}. */
+  fingerprint?: string;
 }
 
 /** Outcome of one batch item: like {@link ProcessOnceResult}, or `failed` with the item's error. */
@@ -91,6 +140,7 @@ export async function processBatchOnce<T, Tx = SqlClient>(
   items: readonly BatchItem<T, Tx>[],
 ): Promise<BatchItemResult<T>[]> {
   if (items.length === 0) return [];
+  if (items.some((item) => item.fingerprint !== undefined)) fingerprintStore(store);
   try {
     return await runBatch(store, consumer, items, false);
   } catch (error) {
@@ -114,8 +164,7 @@ function runBatch<T, Tx>(
 ): Promise<BatchItemResult<T>[]> {
   return retryTransient(store, () =>
     store.transaction(async (tx) => {
-      const ids = items.map((item) => item.messageId);
-      const claimed = new Set(await store.claim(tx, consumer, ids));
+      const claimed = new Set(await claimAll(store, tx, consumer, items));
       const results: BatchItemResult<T>[] = [];
       /** Where each ID this batch claimed first ran, for its repeats further on. */
       const firstRun = new Map<string, number>();
@@ -144,8 +193,67 @@ function runBatch<T, Tx>(
       // no marker exists and acking the repeat would lose the message: it fails with it.
       for (const [repeat, first] of repeats) {
         if (results[first]!.status === 'failed') results[repeat] = results[first]!;
+        else results[repeat] = { status: 'duplicate', ...repeatMismatch(items[first]!, items[repeat]!) };
       }
+      await compareStoredFingerprints(store, tx, consumer, items, results, firstRun);
       return results;
     }),
   );
+}
+
+/** One claim statement for the batch: with fingerprints when any item carries one. */
+function claimAll<T, Tx>(
+  store: IdempotencyStore<Tx>,
+  tx: Tx,
+  consumer: string,
+  items: readonly BatchItem<T, Tx>[],
+): Promise<ReadonlySet<string>> {
+  if (!items.some((item) => item.fingerprint !== undefined)) {
+    return store.claim(
+      tx,
+      consumer,
+      items.map((item) => item.messageId),
+    );
+  }
+  const entries = new Map<string, string | null>();
+  // The first copy's fingerprint goes on the marker: it is the copy that runs.
+  for (const item of items) {
+    if (!entries.has(item.messageId)) entries.set(item.messageId, item.fingerprint ?? null);
+  }
+  return fingerprintStore(store).claim(tx, consumer, entries);
+}
+
+/** A repeat inside the batch against the copy that ran: the same check as a stored marker. */
+function repeatMismatch<T, Tx>(
+  first: BatchItem<T, Tx>,
+  repeat: BatchItem<T, Tx>,
+): { payloadMismatch?: PayloadMismatch } {
+  if (first.fingerprint === undefined || repeat.fingerprint === undefined) return {};
+  return mismatch(first.fingerprint, repeat.fingerprint);
+}
+
+/**
+ * Duplicates of markers committed before this batch: one read for all of them, only when
+ * they carry fingerprints (a batch without duplicates pays nothing).
+ */
+async function compareStoredFingerprints<T, Tx>(
+  store: IdempotencyStore<Tx>,
+  tx: Tx,
+  consumer: string,
+  items: readonly BatchItem<T, Tx>[],
+  results: BatchItemResult<T>[],
+  firstRun: ReadonlyMap<string, number>,
+): Promise<void> {
+  const earlier = items
+    .map((item, index) => ({ item, index }))
+    .filter(({ item }) => item.fingerprint !== undefined && !firstRun.has(item.messageId));
+  if (earlier.length === 0) return;
+  const stored = await fingerprintStore(store).read(
+    consumer,
+    earlier.map(({ item }) => item.messageId),
+    tx,
+  );
+  for (const { item, index } of earlier) {
+    results[index] = { status: 'duplicate', ...mismatch(stored.get(item.messageId), item.fingerprint!) };
+  }
 }

@@ -64,6 +64,34 @@ export interface OffsetStore<Tx = SqlClient> {
 }
 
 /**
+ * Payload fingerprints kept on the processed marker, for consumers with
+ * `payloadFingerprint` (and `processOnce` callers that pass one). Separate statements
+ * from the plain claim, so a consumer without fingerprints pays nothing for them.
+ */
+export interface FingerprintStore<Tx = SqlClient> {
+  /**
+   * Like {@link IdempotencyStore.claim}, also storing each inserted marker's fingerprint
+   * (`null`: none). `entries` maps message ID to fingerprint.
+   */
+  claim(tx: Tx, consumer: string, entries: ReadonlyMap<string, string | null>): Promise<ReadonlySet<string>>;
+  /**
+   * The fingerprints stored on the markers of `messageIds`, read in `tx` when given (else
+   * in a short transaction of its own). IDs with no marker or no fingerprint are absent.
+   */
+  read(consumer: string, messageIds: readonly string[], tx?: Tx): Promise<ReadonlyMap<string, string>>;
+  /** Leased mode: {@link IdempotencyStore.completeLease}, also storing the fingerprint. */
+  completeLease(key: MessageKey, owner: string, result: unknown, fingerprint: string): Promise<boolean>;
+}
+
+/** A duplicate whose payload differs from the one its marker was written for. */
+export interface PayloadMismatch {
+  /** The fingerprint stored with the marker (the first payload). */
+  storedFingerprint: string;
+  /** The fingerprint of the payload this delivery carries. */
+  fingerprint: string;
+}
+
+/**
  * What the core needs from a store. `@oncely/postgres` implements it on `pg` and PGlite.
  * The core runs the state machine with these primitives; the store never decides
  * whether to ack.
@@ -111,6 +139,8 @@ export interface IdempotencyStore<Tx = SqlClient> {
   ping(): Promise<void>;
   /** Present on stores that can keep Kafka offsets (`offsets` mode). */
   readonly offsets?: OffsetStore<Tx>;
+  /** Present on stores that keep payload fingerprints on markers (`payloadFingerprint`). */
+  readonly fingerprints?: FingerprintStore<Tx>;
   close(): Promise<void>;
 }
 
@@ -196,7 +226,7 @@ export type Handler<TBody = unknown, Tx = SqlClient> = (
 // ---------------------------------------------------------------------------------------
 
 /** Why a message went to the dead-letter destination. */
-export type DeadLetterReason = 'missing-id' | 'invalid-body' | 'max-attempts';
+export type DeadLetterReason = 'missing-id' | 'invalid-body' | 'max-attempts' | 'payload-mismatch';
 
 /**
  * What an adapter extracts from a broker delivery, before the core resolves the ID and
@@ -387,6 +417,21 @@ export type BodyFormat = 'json' | 'text' | 'buffer' | ((raw: unknown) => unknown
 
 export type ProcessingMode = 'transactional' | 'leased' | 'offsets';
 
+/**
+ * What a payload fingerprint covers (`payloadFingerprint`).
+ *
+ * - `true`: the body as the broker delivered it (bytes; an already-decoded value as JSON
+ *   with sorted keys).
+ * - `{ attributes: [...] }`: the body and the named attributes (an absent attribute
+ *   differs from an empty one).
+ * - a function of the decoded message returning a string: yours (hashed before it is
+ *   stored). A throw counts as a failed attempt.
+ */
+export type PayloadFingerprintOption<TBody = unknown> =
+  | boolean
+  | { attributes: readonly string[] }
+  | ((message: Message<TBody>) => string);
+
 export interface BackoffConfig {
   /** @default 1000 */
   initialMs: number;
@@ -438,6 +483,20 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
    * `concurrency`; `transactional` mode only. Handlers of a batch run one after another.
    */
   batch?: { size: number; maxWaitMs?: number };
+  /**
+   * Stores a fingerprint of the payload with the processed marker. A later delivery with
+   * the same ID and a different fingerprint emits `payloadMismatch` and follows
+   * `onPayloadMismatch`. Markers written without a fingerprint never mismatch.
+   * `transactional` and `leased` modes; the store must keep fingerprints.
+   * @default false
+   */
+  payloadFingerprint?: PayloadFingerprintOption<TBody>;
+  /**
+   * What a payload mismatch does: `'skip'` acks it as a duplicate (and reports it);
+   * `'dead-letter'` dead-letters it with reason `payload-mismatch`.
+   * @default 'skip'
+   */
+  onPayloadMismatch?: 'skip' | 'dead-letter';
   logger?: Logger;
 }
 
@@ -458,6 +517,8 @@ export interface ConsumerEvent {
   delayMs?: number;
   /** Dead-letter reason (deadLettered). */
   reason?: DeadLetterReason;
+  /** The two fingerprints (payloadMismatch, and the deadLettered that follows it). */
+  payloadMismatch?: PayloadMismatch;
   error?: unknown;
 }
 
@@ -466,6 +527,8 @@ export type ConsumerEventName =
   | 'received'
   | 'processed'
   | 'duplicate'
+  /** A duplicate ID whose payload fingerprint differs from the stored one. */
+  | 'payloadMismatch'
   | 'failed'
   | 'retried'
   | 'deadLettered'

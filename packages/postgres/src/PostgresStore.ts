@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type {
+  FingerprintStore,
   IdempotencyStore,
   LeaseClaim,
   Logger,
@@ -20,6 +21,7 @@ import type { PgliteLike } from './drivers/PgliteDriver.js';
 import { PgliteDriver } from './drivers/PgliteDriver.js';
 import type { StoreDriver } from './drivers/StoreDriver.js';
 import { SchemaVersionError, TransactionAbortedError, TransactionEndedError } from './errors.js';
+import { buildFingerprintQueries, createFingerprintStore } from './fingerprints.js';
 import { quoteSchemaName } from './identifiers.js';
 import { LATEST_VERSION, MIGRATIONS } from './migrations/index.js';
 import type { StoreQueries } from './queries.js';
@@ -259,6 +261,8 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   readonly schema: string;
   /** Kafka offsets kept in the same transaction as the output (`offsets` mode). */
   readonly offsets: OffsetStore<SqlClient>;
+  /** Payload fingerprints on the markers (`payloadFingerprint` consumers, `processOnce` with a fingerprint). */
+  readonly fingerprints: FingerprintStore<SqlClient>;
   private readonly quotedSchema: string;
   private readonly queries: StoreQueries;
   private readonly driver: StoreDriver;
@@ -292,6 +296,10 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
           return new Map(rows.map((row) => [Number(row.partition), String(row.next_offset)]));
         }),
     };
+    this.fingerprints = createFingerprintStore(buildFingerprintQueries(this.quotedSchema), {
+      run: (operation, work) => this.run(operation, work),
+      toJson,
+    });
   }
 
   /**
@@ -322,9 +330,12 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
         if (!(await present(client, q.schemaExists, this.schema))) await client.query(q.createSchema);
         if (!(await present(client, q.tableExists, q.migrationsRegclass)))
           await client.query(q.createMigrationsTable);
-        const current = await readVersion(client, q);
-        if (current > LATEST_VERSION) throw new SchemaVersionError(this.schema, current, LATEST_VERSION);
-        const pending = MIGRATIONS.filter((migration) => migration.version > current);
+        const applied = await readVersions(client, q);
+        const newest = Math.max(0, ...applied);
+        if (newest > LATEST_VERSION) throw new SchemaVersionError(this.schema, newest, LATEST_VERSION);
+        // Every migration not yet recorded, not only those above the newest: a database
+        // migrated by a build that shipped a later number first still gets the earlier one.
+        const pending = MIGRATIONS.filter((migration) => !applied.has(migration.version));
         for (const migration of pending) {
           await client.query(q.insertMigration, [migration.version, migration.name]);
           for (const statement of migration.statements) {
@@ -742,9 +753,10 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    */
   private async verifySchema(client: SqlClient): Promise<void> {
     const q = this.queries;
-    const version = (await present(client, q.tableExists, q.migrationsRegclass))
-      ? await readVersion(client, q)
-      : 0;
+    const applied = (await present(client, q.tableExists, q.migrationsRegclass))
+      ? await readVersions(client, q)
+      : new Set<number>();
+    const version = schemaVersion(applied);
     if (version !== LATEST_VERSION) throw new SchemaVersionError(this.schema, version, LATEST_VERSION);
     this.schemaVerified = true;
   }
@@ -866,9 +878,24 @@ async function present(client: SqlClient, sql: string, name: string): Promise<bo
   return rows[0]?.present === true;
 }
 
-async function readVersion(client: SqlClient, q: StoreQueries): Promise<number> {
-  const { rows } = await client.query<{ version: number }>(q.readMigrationVersion);
-  return Number(rows[0]?.version ?? 0);
+async function readVersions(client: SqlClient, q: StoreQueries): Promise<Set<number>> {
+  const { rows } = await client.query<{ version: number }>(q.readMigrationVersions);
+  return new Set(rows.map((row) => Number(row.version)));
+}
+
+/**
+ * The version a schema is usable at: its newest migration when that is newer than this
+ * package knows, else the last of this package's migrations before the first one missing.
+ */
+function schemaVersion(applied: ReadonlySet<number>): number {
+  const newest = Math.max(0, ...applied);
+  if (newest > LATEST_VERSION) return newest;
+  let version = 0;
+  for (const migration of MIGRATIONS) {
+    if (!applied.has(migration.version)) break;
+    version = migration.version;
+  }
+  return version;
 }
 
 function assertLeaseMs(leaseMs: number): void {

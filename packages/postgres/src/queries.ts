@@ -56,7 +56,8 @@ export interface StoreQueries {
   readonly tableExists: string;
   readonly createSchema: string;
   readonly createMigrationsTable: string;
-  readonly readMigrationVersion: string;
+  /** Every applied migration's version. */
+  readonly readMigrationVersions: string;
   /** $1 version, $2 name. */
   readonly insertMigration: string;
 }
@@ -146,7 +147,7 @@ export function buildQueries(s: string): StoreQueries {
       name       text        NOT NULL,
       applied_at timestamptz NOT NULL DEFAULT now()
     )`,
-    readMigrationVersion: `SELECT coalesce(max(version), 0)::integer AS version FROM ${s}.migrations`,
+    readMigrationVersions: `SELECT version FROM ${s}.migrations`,
     insertMigration: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
   };
 }

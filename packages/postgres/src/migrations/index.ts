@@ -1,4 +1,5 @@
 import { statements as init } from './0001_init.js';
+import { statements as payloadFingerprint } from './0002_payload_fingerprint.js';
 
 /** One forward-only migration. */
 export interface Migration {
@@ -13,7 +14,10 @@ export interface Migration {
  * Every migration this package ships, in order. They are TypeScript modules (not loose
  * `.sql` files) so they ship inside `dist` whatever builds the package.
  */
-export const MIGRATIONS: readonly Migration[] = [{ version: 1, name: '0001_init', statements: init }];
+export const MIGRATIONS: readonly Migration[] = [
+  { version: 1, name: '0001_init', statements: init },
+  { version: 2, name: '0002_payload_fingerprint', statements: payloadFingerprint },
+];
 
 /**
  * The schema version this package works with: the number of its newest migration.
