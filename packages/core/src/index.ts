@@ -32,6 +32,7 @@ export type {
   BodyFormat,
   BrokerAdapter,
   BrokerConfig,
+  BrokerOptionsByType,
   BrokerType,
   ConsumerConfig,
   ConsumerEvent,
@@ -55,4 +56,5 @@ export type {
   SqlClient,
   SqlResult,
   StoreErrorKind,
+  TypedBrokerConfig,
 } from './types.js';

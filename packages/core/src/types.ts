@@ -365,6 +365,28 @@ export interface BrokerConfig {
 }
 
 /**
+ * The typed `broker` sections by `type`, filled by declaration merging: each adapter
+ * package (`@oncely/sqs`, `@oncely/rabbitmq`, ...) adds its own entry, so `broker` in a
+ * {@link ConsumerConfig} is the union of the adapters your program's types import, and
+ * a misspelled option fails to compile. While no adapter is imported it stays the loose
+ * {@link BrokerConfig}.
+ *
+ * @example
+ * ```ts
+ * import type {} from '@oncely/rabbitmq'; // brings RabbitMQ's entry into this program
+ * await createConsumer({ name: 'payments', broker: { type: 'rabbitmq', url, queu: 'payments' }, store, handler });
+ * //                                                                       ~~~~ does not compile
+ * ```
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: adapter packages fill it by declaration merging
+export interface BrokerOptionsByType {}
+
+/** The `broker` field of a {@link ConsumerConfig}: see {@link BrokerOptionsByType}. */
+export type TypedBrokerConfig = [keyof BrokerOptionsByType] extends [never]
+  ? BrokerConfig
+  : BrokerOptionsByType[keyof BrokerOptionsByType];
+
+/**
  * How the stable message ID is found.
  *
  * - `{ attribute: 'message-id' }`: a producer-set attribute/header (recommended).
@@ -401,7 +423,8 @@ export interface BackoffConfig {
 export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
   /** Namespace of the processed IDs. Two consumers with one name share dedup state. */
   name: string;
-  broker: BrokerConfig;
+  /** `{ type, ...the adapter's options }`; typed per adapter, see {@link BrokerOptionsByType}. */
+  broker: TypedBrokerConfig;
   store: IdempotencyStore<Tx>;
   handler: Handler<TBody, Tx>;
   /** Handlers in flight at once. @default 1 */
