@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import type { BrokerType, DiagnoseFinding } from '@oncely/core';
 import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
-import { isSchemaVersionError, LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
+import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
 import { parseDuration } from './duration.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
@@ -208,8 +208,8 @@ async function doctor(
       message: `store: database answers, schema '${schema}' at version ${LATEST_VERSION}`,
     });
   } catch (error) {
-    const hint = isSchemaVersionError(error) && error.found < error.expected ? ' (run oncely migrate)' : '';
-    findings.push({ level: 'error', message: `store: ${describe(error)}${hint}` });
+    // The error's own message already says how to fix it (`oncely migrate`, upgrade, ...).
+    findings.push({ level: 'error', message: `store: ${describe(error)}` });
   }
   if (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE) {
     const config = loadConfig({ env: io.env, file: configFile });

@@ -29,7 +29,10 @@ describe('oncely CLI on the real PostgreSQL', () => {
   beforeAll(async () => {
     const doctor = await run('doctor', '--schema', schema);
     expect(doctor.code).toBe(1);
-    expect(doctor.out).toMatch(/^error store: .*run oncely migrate/m);
+    expect(doctor.out).toMatch(
+      /^error store: schema "cli_.*" is not migrated: call store.migrate\(\) \(or run `oncely migrate`\) first$/m,
+    );
+    expect(doctor.out.match(/oncely migrate/g)).toHaveLength(1);
   });
 
   it('migrates once, then reports up to date', async () => {

@@ -48,7 +48,8 @@ export class OncelyError extends Error {
 export class ConfigError extends OncelyError {
   constructor(
     readonly field: string,
-    problem: string,
+    /** What is wrong with the field (the message without the field). */
+    readonly problem: string,
     options?: ErrorOptions,
   ) {
     super('CONFIG_INVALID', `Invalid Oncely config: ${field} ${problem}`, options);

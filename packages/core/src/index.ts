@@ -2,7 +2,15 @@ export { DEFAULT_BACKOFF, retryDelayMs } from './backoff.js';
 export { decodeBody } from './body.js';
 export { Consumer } from './Consumer.js';
 export type { LoadConfigOptions, LoadedConfig } from './config.js';
-export { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, loadConfig, validateConsumerConfig } from './config.js';
+export {
+  ADAPTER_PACKAGES,
+  brokerOptionSource,
+  CONSUMER_DEFAULTS,
+  describeEnvironmentVariables,
+  labelBrokerError,
+  loadConfig,
+  validateConsumerConfig,
+} from './config.js';
 export { createConsumer, createConsumerWith, loadAdapterModule } from './createConsumer.js';
 export type { OncelyErrorCode } from './errors.js';
 export {

@@ -193,4 +193,25 @@ describe('createConsumer on the memory broker with the embedded store', () => {
     expect(again.isClosed).toBe(false);
     again.close();
   });
+
+  it('names the variable behind a bad broker option when the adapter checks it', async () => {
+    const config = loadConfig({
+      env: {
+        ONCELY_NAME: 'e2e-env-bad',
+        ONCELY_BROKER_TYPE: 'memory',
+        ONCELY_BROKER_QUEUE: 'q',
+        ONCELY_BROKER_VISIBILITY_TIMEOUT_MS: '0',
+      },
+    });
+    const store = await embeddedStore();
+    await expect(createConsumer({ ...config, store, handler: async () => {} })).rejects.toThrow(
+      'Invalid Oncely config: broker.visibilityTimeoutMs (from ONCELY_BROKER_VISIBILITY_TIMEOUT_MS) must be an integer from 1',
+    );
+    const typo = loadConfig({
+      env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'memory', ONCELY_BROKER_QUEU: 'q' },
+    });
+    await expect(createConsumer({ ...typo, store, handler: async () => {} })).rejects.toThrow(
+      /broker\.queu \(from ONCELY_BROKER_QUEU\) is not a memory broker option/,
+    );
+  });
 });

@@ -37,7 +37,7 @@ export interface PostgresStoreCommonOptions {
   /**
    * Schema holding the store's tables. A plain identifier (letters, digits, `_`); always
    * quoted in SQL.
-   * @default 'oncely'
+   * @default the `ONCELY_SCHEMA` environment variable (as the CLI's `--schema`), else 'oncely'
    */
   schema?: string;
   /**
@@ -169,7 +169,7 @@ export type PostgresStoreOptions =
 export interface EmbeddedStoreOptions {
   /** Directory PGlite keeps its data in. @default in memory (lost on close) */
   dataDir?: string;
-  /** @default 'oncely' */
+  /** @default the `ONCELY_SCHEMA` environment variable, else 'oncely' */
   schema?: string;
   /** @default 5000 */
   lockTimeoutMs?: number;
@@ -270,8 +270,12 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   constructor(options: PostgresStoreOptions) {
     if (typeof options !== 'object' || options === null)
       throw new ConfigError('store', 'options are required');
-    this.schema = options.schema ?? 'oncely';
-    this.quotedSchema = quoteSchemaName(this.schema);
+    const fromEnv = options.schema === undefined ? process.env.ONCELY_SCHEMA || undefined : undefined;
+    this.schema = options.schema ?? fromEnv ?? 'oncely';
+    this.quotedSchema = quoteSchemaName(
+      this.schema,
+      fromEnv === undefined ? 'schema' : 'schema (from ONCELY_SCHEMA)',
+    );
     this.queries = buildQueries(this.quotedSchema);
     this.lockTimeoutMs = options.lockTimeoutMs ?? 5000;
     if (!Number.isInteger(this.lockTimeoutMs) || this.lockTimeoutMs < 0) {
