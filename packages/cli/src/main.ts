@@ -2,7 +2,8 @@ import { parseArgs } from 'node:util';
 import type { BrokerType, DiagnoseFinding } from '@oncely/core';
 import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
 import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
-import { parseDuration } from './duration.js';
+import { UsageError } from './duration.js';
+import { prune } from './prune.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
 export interface CliIo {
@@ -15,8 +16,11 @@ const USAGE = `usage: oncely <command> [options]
 
 commands:
   migrate                         apply pending schema migrations
-  prune --older-than 14d          delete completed markers older than that (in batches)
-        [--batch-size 1000] [--consumer NAME]
+  prune --older-than 14d          delete completed markers older than that (in batches;
+        [--batch-size 1000]       the age needs a unit: d, h, m, s or ms)
+        [--consumer NAME]
+        [--dry-run]               print how many markers would go, delete nothing
+        [--force]                 allow an age under $ONCELY_PRUNE_MIN_AGE (default 1h)
   stats [--consumer NAME]         markers per consumer and status, attempt counters
   inspect CONSUMER MESSAGE_ID     the marker and attempt counter of one message
   doctor [--config FILE]          check the store and the broker (the adapter's diagnose())
@@ -74,7 +78,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     }
   } catch (error) {
     io.err.write(`oncely ${command}: ${describe(error)}\n`);
-    return isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
+    return error instanceof UsageError || isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
   } finally {
     await store.close();
   }
@@ -89,6 +93,8 @@ function parse(args: string[]) {
       schema: { type: 'string' },
       'older-than': { type: 'string' },
       'batch-size': { type: 'string' },
+      'dry-run': { type: 'boolean' },
+      force: { type: 'boolean' },
       consumer: { type: 'string' },
       config: { type: 'string' },
     },
@@ -102,22 +108,6 @@ async function migrate(store: PostgresStore, io: CliIo): Promise<number> {
       ? `applied ${applied.join(', ')}; schema version ${version}\n`
       : `up to date (version ${version})\n`,
   );
-  return 0;
-}
-
-async function prune(
-  store: PostgresStore,
-  values: Record<string, string | undefined>,
-  io: CliIo,
-): Promise<number> {
-  if (!values['older-than']) {
-    io.err.write('oncely prune: --older-than is required (e.g. --older-than 14d)\n');
-    return 2;
-  }
-  const olderThan = parseDuration(values['older-than']);
-  const batchSize = values['batch-size'] === undefined ? undefined : Number(values['batch-size']);
-  const deleted = await store.prune({ olderThan, batchSize, consumer: values.consumer });
-  io.out.write(`deleted ${deleted} markers processed more than ${values['older-than']} ago\n`);
   return 0;
 }
 

@@ -7,13 +7,17 @@ import { main, parseDuration } from '../src/index.js';
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const schema = `cli_${process.pid}_${Date.now()}`;
 
-async function run(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+async function run(
+  ...args: Array<string | Record<string, string>>
+): Promise<{ code: number; out: string; err: string }> {
   let out = '';
   let err = '';
+  const argv = args.filter((a): a is string => typeof a === 'string');
+  const extraEnv = args.find((a): a is Record<string, string> => typeof a !== 'string');
   const code = await main(argv, {
     out: { write: (t: string) => (out += t) },
     err: { write: (t: string) => (err += t) },
-    env: { DATABASE_URL },
+    env: { DATABASE_URL, ...extraEnv },
   });
   return { code, out, err };
 }
@@ -66,9 +70,31 @@ describe('oncely CLI on the real PostgreSQL', () => {
     expect((await run('inspect', 'payments', 'nope', '--schema', schema)).code).toBe(1);
 
     expect((await run('prune', '--older-than', '1d', '--schema', schema)).out).toMatch(/^deleted 0 markers/);
-    expect((await run('prune', '--older-than', '0', '--batch-size', '2', '--schema', schema)).out).toMatch(
-      /^deleted 3 markers/,
+    // The dry run counts what would go, deletes nothing.
+    const dry = await run('prune', '--older-than', '0s', '--force', '--dry-run', '--schema', schema);
+    expect(dry).toMatchObject({
+      code: 0,
+      out: 'would delete 3 markers processed more than 0s ago (dry run)\n',
+    });
+    expect((await run('stats', '--schema', schema)).out).toMatch(/payments\s+completed\s+3/);
+    // Under the minimum age: refused without --force, and nothing deleted.
+    const young = await run('prune', '--older-than', '0s', '--schema', schema);
+    expect(young.code).toBe(2);
+    expect(young.err).toContain('--older-than 0s is under the minimum of 1h (ONCELY_PRUNE_MIN_AGE)');
+    expect((await run('stats', '--schema', schema)).out).toMatch(/payments\s+completed\s+3/);
+    // Batches of 2, with progress on stderr.
+    const pruned = await run(
+      'prune',
+      '--older-than',
+      '0s',
+      '--force',
+      '--batch-size',
+      '2',
+      '--schema',
+      schema,
     );
+    expect(pruned).toMatchObject({ code: 0, out: 'deleted 3 markers processed more than 0s ago\n' });
+    expect(pruned.err).toBe('pruned 2 of 3 markers (67%)\npruned 3 of 3 markers (100%)\n');
     expect((await run('stats', '--schema', schema)).out).not.toMatch(/completed/);
   });
 
@@ -82,6 +108,23 @@ describe('oncely CLI on the real PostgreSQL', () => {
       code: 2,
       err: expect.stringContaining('--older-than is required'),
     });
+    expect(await run('prune', '--older-than', '14', '--schema', schema)).toMatchObject({
+      code: 2,
+      err: expect.stringContaining("'14' needs a unit: 14d, 14h"),
+    });
+    expect(await run('prune', '--older-than', 'two weeks', '--schema', schema)).toMatchObject({
+      code: 2,
+      err: expect.stringContaining('is not a duration'),
+    });
+    expect(await run('prune', '--older-than', '14d', '--batch-size', '0', '--schema', schema)).toMatchObject({
+      code: 2,
+      err: expect.stringContaining('--batch-size must be a positive integer'),
+    });
+    expect(
+      await run('prune', '--older-than', '3h', '--dry-run', '--schema', schema, {
+        ONCELY_PRUNE_MIN_AGE: '7d',
+      }),
+    ).toMatchObject({ code: 2, err: expect.stringContaining('under the minimum of 7d') });
     expect(await run('stats', '--schema', 'bad"name')).toMatchObject({
       code: 2,
       err: expect.stringContaining('schema'),
@@ -97,7 +140,8 @@ describe('parseDuration', () => {
   it('reads units and rejects nonsense', () => {
     expect(parseDuration('14d')).toBe(14 * 86_400_000);
     expect(parseDuration('90m')).toBe(5_400_000);
-    expect(parseDuration('250')).toBe(250);
+    expect(parseDuration('500ms')).toBe(500);
+    expect(() => parseDuration('250')).toThrow(/needs a unit/);
     expect(() => parseDuration('two weeks')).toThrow(/not a duration/);
   });
 });

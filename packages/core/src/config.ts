@@ -252,6 +252,7 @@ const OTHER_VARIABLES: Record<string, { field: string; type: string }> = {
   ONCELY_ID_STRATEGY: { field: 'idStrategy', type: ID_STRATEGIES.join(' | ') },
   ONCELY_BROKER_TYPE: { field: 'broker.type', type: Object.keys(ADAPTER_PACKAGES).join(' | ') },
   ONCELY_SCHEMA: { field: "PostgresStore's schema (and the CLI's --schema)", type: 'identifier' },
+  ONCELY_PRUNE_MIN_AGE: { field: 'the youngest age `oncely prune` takes without --force', type: 'duration' },
 };
 
 /** Prefix of the broker options (`ONCELY_BROKER_QUEUE_URL` → `broker.queueUrl`). */
@@ -294,11 +295,13 @@ export function describeEnvironmentVariables(): Array<{
       default:
         variable === 'ONCELY_SCHEMA'
           ? 'oncely'
-          : variable === 'ONCELY_BROKER_TYPE'
-            ? '(required)'
-            : variable === 'ONCELY_ID_STRATEGY' || variable === 'ONCELY_ID_ATTRIBUTE'
-              ? "the adapter's"
-              : '',
+          : variable === 'ONCELY_PRUNE_MIN_AGE'
+            ? '1h'
+            : variable === 'ONCELY_BROKER_TYPE'
+              ? '(required)'
+              : variable === 'ONCELY_ID_STRATEGY' || variable === 'ONCELY_ID_ATTRIBUTE'
+                ? "the adapter's"
+                : '',
     });
   }
   rows.push({
@@ -347,7 +350,8 @@ export function labelBrokerError(error: unknown, broker: unknown): unknown {
  *   (`producer | broker | deduplication-id | content-hash`);
  * - `ONCELY_BROKER_TYPE` and `ONCELY_BROKER_<OPTION>` for broker options, the option name
  *   in SCREAMING_SNAKE_CASE (`ONCELY_BROKER_QUEUE_URL` → `broker.queueUrl`);
- * - `ONCELY_SCHEMA` is the store's (`PostgresStore` reads it), accepted here.
+ * - `ONCELY_SCHEMA` (`PostgresStore` reads it) and `ONCELY_PRUNE_MIN_AGE` (`oncely prune`)
+ *   are accepted here.
  *
  * Any other `ONCELY_*` variable is an error naming it, with the nearest known name. The
  * broker options are checked by the adapter when the consumer is created; its errors

@@ -195,6 +195,10 @@ export interface PruneOptions {
   batchSize?: number;
   /** Only this consumer's markers. @default every consumer */
   consumer?: string;
+  /** Count the markers that would go, delete nothing. @default false */
+  dryRun?: boolean;
+  /** Called after each batch of markers with the running total deleted (a progress bar). */
+  onProgress?: (deleted: number) => void;
 }
 
 /**
@@ -665,8 +669,22 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
       );
     }
     const withConsumer = consumer !== undefined;
+    if (options.dryRun) {
+      return this.run('prune()', async (client) => {
+        const { rows } = await client.query<{ n: number }>(
+          this.queries.countPrunableMarkers(withConsumer),
+          withConsumer ? [cutoff, consumer] : [cutoff],
+        );
+        return rows[0]!.n;
+      });
+    }
     const params = withConsumer ? [cutoff, batchSize, consumer] : [cutoff, batchSize];
-    const markers = await this.deleteInBatches(this.queries.pruneMarkers(withConsumer), params, batchSize);
+    const markers = await this.deleteInBatches(
+      this.queries.pruneMarkers(withConsumer),
+      params,
+      batchSize,
+      options.onProgress,
+    );
     await this.deleteInBatches(this.queries.pruneAttempts(withConsumer), params, batchSize);
     return markers;
   }
@@ -698,7 +716,12 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     return this.driver.close();
   }
 
-  private async deleteInBatches(sql: string, params: unknown[], batchSize: number): Promise<number> {
+  private async deleteInBatches(
+    sql: string,
+    params: unknown[],
+    batchSize: number,
+    onProgress?: (deleted: number) => void,
+  ): Promise<number> {
     let total = 0;
     for (;;) {
       // One short transaction per batch: locks are held briefly and other work interleaves.
@@ -707,6 +730,7 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
         async (client) => (await client.query(sql, params)).rows.length,
       );
       total += deleted;
+      onProgress?.(total);
       if (deleted < batchSize) return total;
     }
   }
