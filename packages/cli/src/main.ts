@@ -2,7 +2,8 @@ import { parseArgs } from 'node:util';
 import type { BrokerType, DiagnoseFinding } from '@oncely/core';
 import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
 import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
-import { UsageError } from './duration.js';
+import { type CheckedConfig, leaseLimitFindings, retentionFindings } from './doctorChecks.js';
+import { parseDuration, UsageError } from './duration.js';
 import { prune } from './prune.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
@@ -23,7 +24,9 @@ commands:
         [--force]                 allow an age under $ONCELY_PRUNE_MIN_AGE (default 1h)
   stats [--consumer NAME]         markers per consumer and status, attempt counters
   inspect CONSUMER MESSAGE_ID     the marker and attempt counter of one message
-  doctor [--config FILE]          check the store and the broker (the adapter's diagnose())
+  doctor [--config FILE]          check the store, the broker (the adapter's diagnose()),
+        [--retention 14d]         handlerTimeoutMs against the broker's lease limit, and
+                                  the prune age against the broker's redelivery horizon
 
 common options:
   --database-url URL              default: $DATABASE_URL
@@ -74,7 +77,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
       case 'inspect':
         return await inspect(store, schema, positionals, io);
       default:
-        return await doctor(store, schema, values.config, io);
+        return await doctor(store, schema, values, io);
     }
   } catch (error) {
     io.err.write(`oncely ${command}: ${describe(error)}\n`);
@@ -97,6 +100,7 @@ function parse(args: string[]) {
       force: { type: 'boolean' },
       consumer: { type: 'string' },
       config: { type: 'string' },
+      retention: { type: 'string' },
     },
   });
 }
@@ -186,9 +190,11 @@ async function inspect(
 async function doctor(
   store: PostgresStore,
   schema: string,
-  configFile: string | undefined,
+  values: { config?: string; retention?: string },
   io: CliIo,
 ): Promise<number> {
+  const configFile = values.config;
+  const retentionMs = values.retention === undefined ? undefined : parseDuration(values.retention);
   const findings: DiagnoseFinding[] = [];
   try {
     // ping() runs the store's version guard: a missing, old or newer schema throws.
@@ -203,6 +209,8 @@ async function doctor(
   }
   if (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE) {
     const config = loadConfig({ env: io.env, file: configFile });
+    const checked = config as CheckedConfig;
+    findings.push(...leaseLimitFindings(checked), ...retentionFindings(checked, retentionMs));
     const module = await loadAdapterModule(config.broker.type as BrokerType);
     if (module.diagnose) {
       const report = await module.diagnose({ ...config, store, handler: async () => {} });

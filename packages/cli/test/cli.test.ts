@@ -98,6 +98,36 @@ describe('oncely CLI on the real PostgreSQL', () => {
     expect((await run('stats', '--schema', schema)).out).not.toMatch(/completed/);
   });
 
+  it('doctor: checks the retention and the lease limit from the config, exits 1 on an error', async () => {
+    const env = {
+      ONCELY_NAME: 'doctor',
+      ONCELY_BROKER_TYPE: 'memory',
+      ONCELY_BROKER_QUEUE: `doctor_${process.pid}`,
+    };
+    const healthy = await run('doctor', '--schema', schema, '--retention', '14d', env);
+    expect(healthy.out).toContain("ok    retention 14d covers memory's redelivery horizon (0ms)");
+    expect(healthy.code).toBe(0);
+    const rabbit = {
+      ONCELY_NAME: 'doctor',
+      ONCELY_BROKER_TYPE: 'rabbitmq',
+      ONCELY_BROKER_URL: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
+      ONCELY_BROKER_QUEUE: `doctor_${process.pid}_${Date.now()}`,
+      ONCELY_HANDLER_TIMEOUT_MS: String(40 * 60_000),
+    };
+    const slow = await run('doctor', '--schema', schema, '--retention', '3d', rabbit);
+    expect(slow.out).toMatch(/^error handlerTimeoutMs 2400000 exceeds RabbitMQ's default consumer_timeout/m);
+    expect(slow.out).toMatch(/^warn {2}retention 3d: rabbitmq has no redelivery horizon of its own/m);
+    expect(slow.code).toBe(1);
+    expect(await run('doctor', '--schema', schema, '--retention', '3', env)).toMatchObject({
+      code: 2,
+      err: expect.stringContaining('needs a unit'),
+    });
+    expect(await run('doctor', '--schema', schema, { ...env, ONCELY_CONCURENCY: '4' })).toMatchObject({
+      code: 2,
+      err: expect.stringContaining('did you mean ONCELY_CONCURRENCY?'),
+    });
+  });
+
   it('rejects bad usage with exit code 2 and a reason', async () => {
     expect(await run()).toMatchObject({ code: 2 });
     expect(await run('explode')).toMatchObject({
