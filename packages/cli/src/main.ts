@@ -4,6 +4,7 @@ import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
 import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
 import { type CheckedConfig, leaseLimitFindings, retentionFindings } from './doctorChecks.js';
 import { parseDuration, UsageError } from './duration.js';
+import { inspect } from './inspect.js';
 import { prune } from './prune.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
@@ -23,7 +24,8 @@ commands:
         [--dry-run]               print how many markers would go, delete nothing
         [--force]                 allow an age under $ONCELY_PRUNE_MIN_AGE (default 1h)
   stats [--consumer NAME]         markers per consumer and status, attempt counters
-  inspect CONSUMER MESSAGE_ID     the marker and attempt counter of one message
+  inspect CONSUMER MESSAGE_ID     one message's marker and attempt counter, and what they
+                                  mean (processed, in progress, retried, dead-lettered)
   doctor [--config FILE]          check the store, the broker (the adapter's diagnose()),
         [--retention 14d]         handlerTimeoutMs against the broker's lease limit, and
                                   the prune age against the broker's redelivery horizon
@@ -153,38 +155,6 @@ async function stats(
     ),
   );
   return 0;
-}
-
-async function inspect(
-  store: PostgresStore,
-  schema: string,
-  positionals: string[],
-  io: CliIo,
-): Promise<number> {
-  const [consumer, messageId] = positionals;
-  if (!consumer || !messageId) {
-    io.err.write('oncely inspect: needs CONSUMER and MESSAGE_ID\n');
-    return 2;
-  }
-  const s = quoteIdentifier(schema, 'schema');
-  const { marker, attempts } = await store.transaction(async (tx) => ({
-    marker: (
-      await tx.query(
-        `SELECT status, processed_at, locked_until, owner, result FROM ${s}.processed_messages WHERE consumer = $1 AND message_id = $2`,
-        [consumer, messageId],
-      )
-    ).rows[0],
-    attempts: (
-      await tx.query<{ attempts: number }>(
-        `SELECT attempts FROM ${s}.attempts WHERE consumer = $1 AND message_id = $2`,
-        [consumer, messageId],
-      )
-    ).rows[0]?.attempts,
-  }));
-  io.out.write(
-    `${JSON.stringify({ consumer, messageId, marker: marker ?? null, attempts: attempts ?? null }, null, 2)}\n`,
-  );
-  return marker ? 0 : 1;
 }
 
 async function doctor(

@@ -67,7 +67,16 @@ describe('oncely CLI on the real PostgreSQL', () => {
       messageId: 'm-2',
       marker: { status: 'completed' },
     });
-    expect((await run('inspect', 'payments', 'nope', '--schema', schema)).code).toBe(1);
+    expect(JSON.parse(inspect.out).explanation).toMatch(/^processed at \d{4}-.*: its effect committed/);
+    const unknown = await run('inspect', 'payments', 'nope', '--schema', schema);
+    expect(unknown.code).toBe(1);
+    expect(JSON.parse(unknown.out)).toMatchObject({
+      marker: null,
+      attempts: null,
+      explanation: expect.stringMatching(
+        /^no trace in the store: never received by this consumer, running for the first time now/,
+      ),
+    });
 
     expect((await run('prune', '--older-than', '1d', '--schema', schema)).out).toMatch(/^deleted 0 markers/);
     // The dry run counts what would go, deletes nothing.
@@ -125,6 +134,34 @@ describe('oncely CLI on the real PostgreSQL', () => {
     expect(await run('doctor', '--schema', schema, { ...env, ONCELY_CONCURENCY: '4' })).toMatchObject({
       code: 2,
       err: expect.stringContaining('did you mean ONCELY_CONCURRENCY?'),
+    });
+  });
+
+  it('inspect: explains a message without a marker: retried, dead-lettered, in progress', async () => {
+    const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
+    try {
+      await store.recordAttempt({ consumer: 'orders', messageId: 'flaky' });
+      for (let i = 0; i < 5; i++) await store.recordAttempt({ consumer: 'orders', messageId: 'poison' });
+      const claim = await store.acquireLease({ consumer: 'orders', messageId: 'slow' }, 60_000);
+      expect(claim).toMatchObject({ status: 'acquired' });
+    } finally {
+      await store.close();
+    }
+    const explain = async (id: string, env: Record<string, string> = {}) =>
+      JSON.parse((await run('inspect', 'orders', id, '--schema', schema, env)).out).explanation as string;
+    expect(await explain('flaky')).toMatch(
+      /^not processed yet: 1 failed run\(s\) of 5, the last at .*: waiting for its retry/,
+    );
+    expect(await explain('poison')).toMatch(
+      /^not processed: 5 failed runs \(maxAttempts 5\), .*dead-lettered with reason 'max-attempts'; read the broker's dead-letter queue/,
+    );
+    expect(await explain('poison', { ONCELY_MAX_ATTEMPTS: '8' })).toMatch(
+      /^not processed yet: 5 failed run\(s\) of 8/,
+    );
+    expect(await explain('slow')).toMatch(/^in progress \(leased mode\): held by .* until \d{4}-/);
+    expect(await run('inspect', 'orders', '--schema', schema)).toMatchObject({
+      code: 2,
+      err: expect.stringContaining('needs CONSUMER and MESSAGE_ID'),
     });
   });
 
