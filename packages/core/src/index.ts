@@ -15,6 +15,7 @@ export { createConsumer, createConsumerWith, loadAdapterModule } from './createC
 export type { OncelyErrorCode } from './errors.js';
 export {
   AdapterNotInstalledError,
+  BrokerConnectionError,
   BrokerMisconfiguredError,
   ConfigError,
   ConsumerStateError,
@@ -22,6 +23,7 @@ export {
   isOncelyError,
   LeaseLostError,
   OncelyError,
+  redactSecrets,
   StoreReentrancyError,
   StoreUnavailableError,
 } from './errors.js';

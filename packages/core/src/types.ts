@@ -307,6 +307,8 @@ export interface AdapterRuntime {
  */
 export interface BrokerAdapter {
   readonly type: string;
+  /** Where the adapter connects (a URL, brokers, a queue URL), for error messages; secrets are redacted. */
+  readonly address?: string;
   /** Present when deliveries have a renewable lease. */
   readonly lease?: AdapterLease;
   /** ID strategy used when the consumer config names none. */
