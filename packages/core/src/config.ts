@@ -244,7 +244,7 @@ const ENV_FIELDS: Record<string, { field: string; kind: 'string' | 'number' | 'b
 /**
  * `ONCELY_*` variables read elsewhere than {@link ENV_FIELDS}, with what each sets. With
  * ENV_FIELDS, the complete list `loadConfig` accepts; any other `ONCELY_*` variable is an
- * error (a misspelled `ONCELY_CONCURENCY` would otherwise run at the default).
+ * error (a misspelled variable would otherwise be ignored and its field run at the default).
  */
 const OTHER_VARIABLES: Record<string, { field: string; type: string }> = {
   ONCELY_CONFIG_FILE: { field: '(a JSON file with any of the fields)', type: 'path' },
