@@ -2,15 +2,18 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describeEnvironmentVariables } from '@oncely/core';
 import { describe, expect, it } from 'vitest';
-import { DOC, renderDocument } from '../../scripts/config-docs.mjs';
+import { DOC, DOCS, renderDocument } from '../../scripts/config-docs.mjs';
 
 const root = join(import.meta.dirname, '..', '..');
 
 describe('docs/configuration.md', () => {
-  it('holds the table the code describes (node scripts/config-docs.mjs regenerates it)', () => {
-    const current = readFileSync(DOC, 'utf8');
-    expect(current).toBe(renderDocument(current));
-  });
+  it.each(DOCS)(
+    '%s holds the table the code describes (node scripts/config-docs.mjs regenerates it)',
+    (file) => {
+      const current = readFileSync(file, 'utf8');
+      expect(current).toBe(renderDocument(current, file));
+    },
+  );
 
   it('lists every ONCELY_ variable packages/core/src/config.ts mentions', () => {
     const source = readFileSync(join(root, 'packages/core/src/config.ts'), 'utf8');

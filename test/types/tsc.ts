@@ -13,7 +13,7 @@ export const USER_COMPILER_OPTIONS = {
   target: 'ES2022',
   module: 'NodeNext',
   moduleResolution: 'NodeNext',
-  lib: ['ES2023', 'DOM'],
+  lib: ['ES2023'],
   types: ['node'],
   noEmit: true,
   skipLibCheck: true,
