@@ -10,7 +10,7 @@ const root = join(import.meta.dirname, '..', '..');
  * it declares (`<!-- snippet-context: declare const store: PostgresStore; -->`): what a
  * fragment takes from the surrounding prose.
  */
-export function snippets(markdown: string): Array<{ line: number; source: string }> {
+function snippets(markdown: string): Array<{ line: number; source: string }> {
   const found: Array<{ line: number; source: string }> = [];
   for (const match of markdown.matchAll(/(?:<!-- snippet-context: (.*?) -->\n)?```ts\n([\s\S]*?)```/g)) {
     const line = markdown.slice(0, match.index).split('\n').length;
