@@ -220,6 +220,14 @@ function show(value: unknown): string {
 /** The part of a consumer config that can live in a file or the environment. */
 export type LoadedConfig = Omit<ConsumerConfig, 'store' | 'handler' | 'logger'>;
 
+/**
+ * Where {@link loadConfig} reads from.
+ *
+ * @example
+ * ```ts
+ * loadConfig({ env: { ONCELY_NAME: 'payments', ONCELY_BROKER_TYPE: 'memory' }, file: './oncely.json' });
+ * ```
+ */
 export interface LoadConfigOptions {
   /** @default process.env */
   env?: Record<string, string | undefined>;

@@ -349,6 +349,7 @@ export interface DiagnoseFinding {
   message: string;
 }
 
+/** What an adapter's `diagnose()` found (`oncely doctor` prints it). */
 export interface DiagnoseReport {
   broker: string;
   findings: DiagnoseFinding[];
@@ -358,6 +359,7 @@ export interface DiagnoseReport {
 // Configuration
 // ---------------------------------------------------------------------------------------
 
+/** The broker types `createConsumer` can load an adapter package for. */
 export type BrokerType = 'memory' | 'sqs' | 'servicebus' | 'pubsub' | 'rabbitmq' | 'kafka';
 
 /** The `broker` section: `type` plus the adapter's own options. */
@@ -409,8 +411,22 @@ export type IdStrategy =
 /** How the body is decoded before the handler sees it. A decode failure dead-letters with `invalid-body`. */
 export type BodyFormat = 'json' | 'text' | 'buffer' | ((raw: unknown) => unknown);
 
+/**
+ * How a message's effect is made once: `'transactional'` (marker and effect in one
+ * transaction), `'leased'` (a claim with a deadline, for work that cannot sit in one
+ * transaction) or `'offsets'` (Kafka: the next offset in the output's transaction).
+ */
 export type ProcessingMode = 'transactional' | 'leased' | 'offsets';
 
+/**
+ * Delay before a failed message runs again: `initialMs × multiplier^(attempt-1)`, at
+ * most `maxMs`, plus jitter.
+ *
+ * @example
+ * ```ts
+ * const backoff: Partial<BackoffConfig> = { initialMs: 500, maxMs: 30_000 };
+ * ```
+ */
 export interface BackoffConfig {
   /** @default 1000 */
   initialMs: number;
@@ -422,6 +438,23 @@ export interface BackoffConfig {
   jitter?: number;
 }
 
+/**
+ * What `createConsumer` takes: the consumer's name, the broker section, the store, the
+ * handler, and optional settings (each with its `@default`). `TBody` is the decoded
+ * body's type.
+ *
+ * @example
+ * ```ts
+ * const config: ConsumerConfig<{ orderId: string }> = {
+ *   name: 'payments',
+ *   broker: { type: 'memory', queue: 'payments' },
+ *   store,
+ *   handler: async (message, ctx) => {
+ *     await ctx.tx.query('INSERT INTO payments(order_id) VALUES ($1)', [message.body.orderId]);
+ *   },
+ * };
+ * ```
+ */
 export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
   /** Namespace of the processed IDs. Two consumers with one name share dedup state. */
   name: string;
