@@ -1,4 +1,10 @@
-import { CONSUMER_DEFAULTS } from '@oncely/core';
+import {
+  type BrokerType,
+  CONSUMER_DEFAULTS,
+  type DeadLetterCopy,
+  loadAdapterModule,
+  loadConfig,
+} from '@oncely/core';
 import { type PostgresStore, quoteIdentifier } from '@oncely/postgres';
 import { UsageError } from './duration.js';
 import type { CliIo } from './main.js';
@@ -48,6 +54,7 @@ export async function inspect(
   schema: string,
   positionals: string[],
   io: CliIo,
+  configFile?: string,
 ): Promise<number> {
   const [consumer, messageId] = positionals;
   if (!consumer || !messageId) throw new UsageError('needs CONSUMER and MESSAGE_ID');
@@ -68,7 +75,21 @@ export async function inspect(
       )
     ).rows[0],
   }));
-  const explanation = explainMessage(marker, attempts, maxAttempts);
+  let explanation = explainMessage(marker, attempts, maxAttempts);
+  let deadLetters: DeadLetterCopy[] | undefined;
+  if (!marker && (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE)) {
+    // Ask the broker, where it can peek without consuming (Service Bus).
+    const config = loadConfig({ env: io.env, file: configFile });
+    const module = await loadAdapterModule(config.broker.type as BrokerType);
+    if (module.findDeadLetters) {
+      deadLetters = await module.findDeadLetters({ ...config, store, handler: async () => {} }, messageId);
+      explanation += deadLetters.length
+        ? `. The dead-letter queue holds ${deadLetters.length} copy(ies): reason ${deadLetters.map((d) => `'${d.reason ?? '?'}'`).join(', ')}`
+        : '. The dead-letter queue does not hold it';
+    } else {
+      explanation += `. (${config.broker.type} cannot list its dead letters without consuming them)`;
+    }
+  }
   const { expired: _, ...shown } = marker ?? { expired: false };
   io.out.write(
     `${JSON.stringify(
@@ -77,6 +98,7 @@ export async function inspect(
         messageId,
         marker: marker ? shown : null,
         attempts: attempts?.attempts ?? null,
+        ...(deadLetters ? { deadLetters } : {}),
         explanation,
       },
       null,

@@ -25,7 +25,8 @@ commands:
         [--force]                 allow an age under $ONCELY_PRUNE_MIN_AGE (default 1h)
   stats [--consumer NAME]         markers per consumer and status, attempt counters
   inspect CONSUMER MESSAGE_ID     one message's marker and attempt counter, and what they
-                                  mean (processed, in progress, retried, dead-lettered)
+        [--config FILE]           mean (processed, in progress, retried, dead-lettered);
+                                  with a broker config, what its DLQ holds (Service Bus)
   doctor [--config FILE]          check the store, the broker (the adapter's diagnose()),
         [--retention 14d]         handlerTimeoutMs against the broker's lease limit, and
                                   the prune age against the broker's redelivery horizon
@@ -77,7 +78,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
       case 'stats':
         return await stats(store, schema, values.consumer, io);
       case 'inspect':
-        return await inspect(store, schema, positionals, io);
+        return await inspect(store, schema, positionals, io, values.config);
       default:
         return await doctor(store, schema, values, io);
     }

@@ -47,6 +47,7 @@ export type {
   ConsumerConfig,
   ConsumerEvent,
   ConsumerEventName,
+  DeadLetterCopy,
   DeadLetterReason,
   Delivery,
   DiagnoseFinding,

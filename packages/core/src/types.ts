@@ -340,6 +340,11 @@ export interface AdapterOptions {
 /** What each adapter package exports so `createConsumer` can load it by `broker.type`. */
 export interface AdapterModule {
   createAdapter(broker: BrokerConfig, options: AdapterOptions): BrokerAdapter;
+  /**
+   * The copies of one message the broker's dead-letter queue holds, read without
+   * consuming them (`oncely inspect`). Only adapters whose broker can peek offer it.
+   */
+  findDeadLetters?(config: ConsumerConfig<any, any>, messageId: string): Promise<DeadLetterCopy[]>;
   diagnose?(config: ConsumerConfig): Promise<DiagnoseReport>;
 }
 
@@ -347,6 +352,16 @@ export interface AdapterModule {
 export interface DiagnoseFinding {
   level: 'ok' | 'warn' | 'error';
   message: string;
+}
+
+/** One copy of a message in a dead-letter queue, as `findDeadLetters` reports it. */
+export interface DeadLetterCopy {
+  /** Why it was dead-lettered (`max-attempts`, `missing-id`, `invalid-body`, or the broker's own). */
+  reason?: string;
+  description?: string;
+  /** When it was first enqueued. */
+  enqueuedAt?: Date;
+  deliveryCount?: number;
 }
 
 /** What an adapter's `diagnose()` found (`oncely doctor` prints it). */
