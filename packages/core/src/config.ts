@@ -270,6 +270,12 @@ const BROKER_PREFIX = 'ONCELY_BROKER_';
  * Every `ONCELY_*` variable `loadConfig` reads, with the field it sets, its type and its
  * default: the source of the table in `docs/configuration.md` (a test keeps the two equal).
  * `ONCELY_BROKER_<OPTION>` stands for the broker options.
+ *
+ * @example
+ * ```ts
+ * for (const v of describeEnvironmentVariables()) console.log(v.variable, v.field, v.default);
+ * // ONCELY_CONCURRENCY concurrency 1 ...
+ * ```
  */
 export function describeEnvironmentVariables(): Array<{
   variable: string;
@@ -327,6 +333,12 @@ const BROKER_SOURCES = Symbol.for('oncely.config.brokerSources');
 /**
  * Where each option of a loaded `broker` section came from (`broker.queueUrl` →
  * `ONCELY_BROKER_QUEUE_URL`), so an adapter's `ConfigError` can name the variable.
+ *
+ * @example
+ * ```ts
+ * const { broker } = loadConfig({ env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'sqs', ONCELY_BROKER_QUEUE_URL: url } });
+ * brokerOptionSource(broker, 'broker.queueUrl'); // 'ONCELY_BROKER_QUEUE_URL'
+ * ```
  */
 export function brokerOptionSource(broker: unknown, field: string): string | undefined {
   if (typeof broker !== 'object' || broker === null) return undefined;
@@ -334,8 +346,14 @@ export function brokerOptionSource(broker: unknown, field: string): string | und
 }
 
 /**
- * Rethrows an adapter's `ConfigError` about a loaded `broker` option with the variable
- * or file it came from in its field; any other error unchanged.
+ * Returns an adapter's `ConfigError` about a loaded `broker` option with the variable or
+ * file it came from in its field; any other error unchanged. `createConsumer` applies it.
+ *
+ * @example
+ * ```ts
+ * try { createAdapter(config.broker, options); } catch (error) { throw labelBrokerError(error, config.broker); }
+ * // Invalid Oncely config: broker.queu (from ONCELY_BROKER_QUEU) is not a rabbitmq broker option
+ * ```
  */
 export function labelBrokerError(error: unknown, broker: unknown): unknown {
   if (!(error instanceof ConfigError)) return error;

@@ -400,7 +400,15 @@ export interface BrokerConfig {
 // biome-ignore lint/suspicious/noEmptyInterface: adapter packages fill it by declaration merging
 export interface BrokerOptionsByType {}
 
-/** The `broker` field of a {@link ConsumerConfig}: see {@link BrokerOptionsByType}. */
+/**
+ * The `broker` field of a {@link ConsumerConfig}: the union of the adapters' sections in
+ * {@link BrokerOptionsByType}, or the loose {@link BrokerConfig} while it is empty.
+ *
+ * @example
+ * ```ts
+ * const broker: TypedBrokerConfig = { type: 'sqs', queueUrl }; // with @oncely/sqs's types imported
+ * ```
+ */
 export type TypedBrokerConfig = [keyof BrokerOptionsByType] extends [never]
   ? BrokerConfig
   : BrokerOptionsByType[keyof BrokerOptionsByType];
