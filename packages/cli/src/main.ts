@@ -1,8 +1,11 @@
 import { parseArgs } from 'node:util';
 import type { BrokerType, DiagnoseFinding } from '@oncely/core';
 import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
-import { isSchemaVersionError, LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
-import { parseDuration } from './duration.js';
+import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
+import { type CheckedConfig, leaseLimitFindings, retentionFindings } from './doctorChecks.js';
+import { parseDuration, UsageError } from './duration.js';
+import { inspect } from './inspect.js';
+import { prune } from './prune.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
 export interface CliIo {
@@ -15,11 +18,18 @@ const USAGE = `usage: oncely <command> [options]
 
 commands:
   migrate                         apply pending schema migrations
-  prune --older-than 14d          delete completed markers older than that (in batches)
-        [--batch-size 1000] [--consumer NAME]
+  prune --older-than 14d          delete completed markers older than that (in batches;
+        [--batch-size 1000]       the age needs a unit: d, h, m, s or ms)
+        [--consumer NAME]
+        [--dry-run]               print how many markers would go, delete nothing
+        [--force]                 allow an age under $ONCELY_PRUNE_MIN_AGE (default 1h)
   stats [--consumer NAME]         markers per consumer and status, attempt counters
-  inspect CONSUMER MESSAGE_ID     the marker and attempt counter of one message
-  doctor [--config FILE]          check the store and the broker (the adapter's diagnose())
+  inspect CONSUMER MESSAGE_ID     one message's marker and attempt counter, and what they
+        [--config FILE]           mean (processed, in progress, retried, dead-lettered);
+                                  with a broker config, what its DLQ holds (Service Bus)
+  doctor [--config FILE]          check the store, the broker (the adapter's diagnose()),
+        [--retention 14d]         handlerTimeoutMs against the broker's lease limit, and
+                                  the prune age against the broker's redelivery horizon
 
 common options:
   --database-url URL              default: $DATABASE_URL
@@ -68,13 +78,13 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
       case 'stats':
         return await stats(store, schema, values.consumer, io);
       case 'inspect':
-        return await inspect(store, schema, positionals, io);
+        return await inspect(store, schema, positionals, io, values.config);
       default:
-        return await doctor(store, schema, values.config, io);
+        return await doctor(store, schema, values, io);
     }
   } catch (error) {
     io.err.write(`oncely ${command}: ${describe(error)}\n`);
-    return isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
+    return error instanceof UsageError || isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
   } finally {
     await store.close();
   }
@@ -89,8 +99,11 @@ function parse(args: string[]) {
       schema: { type: 'string' },
       'older-than': { type: 'string' },
       'batch-size': { type: 'string' },
+      'dry-run': { type: 'boolean' },
+      force: { type: 'boolean' },
       consumer: { type: 'string' },
       config: { type: 'string' },
+      retention: { type: 'string' },
     },
   });
 }
@@ -102,22 +115,6 @@ async function migrate(store: PostgresStore, io: CliIo): Promise<number> {
       ? `applied ${applied.join(', ')}; schema version ${version}\n`
       : `up to date (version ${version})\n`,
   );
-  return 0;
-}
-
-async function prune(
-  store: PostgresStore,
-  values: Record<string, string | undefined>,
-  io: CliIo,
-): Promise<number> {
-  if (!values['older-than']) {
-    io.err.write('oncely prune: --older-than is required (e.g. --older-than 14d)\n');
-    return 2;
-  }
-  const olderThan = parseDuration(values['older-than']);
-  const batchSize = values['batch-size'] === undefined ? undefined : Number(values['batch-size']);
-  const deleted = await store.prune({ olderThan, batchSize, consumer: values.consumer });
-  io.out.write(`deleted ${deleted} markers processed more than ${values['older-than']} ago\n`);
   return 0;
 }
 
@@ -161,44 +158,14 @@ async function stats(
   return 0;
 }
 
-async function inspect(
-  store: PostgresStore,
-  schema: string,
-  positionals: string[],
-  io: CliIo,
-): Promise<number> {
-  const [consumer, messageId] = positionals;
-  if (!consumer || !messageId) {
-    io.err.write('oncely inspect: needs CONSUMER and MESSAGE_ID\n');
-    return 2;
-  }
-  const s = quoteIdentifier(schema, 'schema');
-  const { marker, attempts } = await store.transaction(async (tx) => ({
-    marker: (
-      await tx.query(
-        `SELECT status, processed_at, locked_until, owner, result FROM ${s}.processed_messages WHERE consumer = $1 AND message_id = $2`,
-        [consumer, messageId],
-      )
-    ).rows[0],
-    attempts: (
-      await tx.query<{ attempts: number }>(
-        `SELECT attempts FROM ${s}.attempts WHERE consumer = $1 AND message_id = $2`,
-        [consumer, messageId],
-      )
-    ).rows[0]?.attempts,
-  }));
-  io.out.write(
-    `${JSON.stringify({ consumer, messageId, marker: marker ?? null, attempts: attempts ?? null }, null, 2)}\n`,
-  );
-  return marker ? 0 : 1;
-}
-
 async function doctor(
   store: PostgresStore,
   schema: string,
-  configFile: string | undefined,
+  values: { config?: string; retention?: string },
   io: CliIo,
 ): Promise<number> {
+  const configFile = values.config;
+  const retentionMs = values.retention === undefined ? undefined : parseDuration(values.retention);
   const findings: DiagnoseFinding[] = [];
   try {
     // ping() runs the store's version guard: a missing, old or newer schema throws.
@@ -208,11 +175,13 @@ async function doctor(
       message: `store: database answers, schema '${schema}' at version ${LATEST_VERSION}`,
     });
   } catch (error) {
-    const hint = isSchemaVersionError(error) && error.found < error.expected ? ' (run oncely migrate)' : '';
-    findings.push({ level: 'error', message: `store: ${describe(error)}${hint}` });
+    // The error's own message already says how to fix it (`oncely migrate`, upgrade, ...).
+    findings.push({ level: 'error', message: `store: ${describe(error)}` });
   }
   if (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE) {
     const config = loadConfig({ env: io.env, file: configFile });
+    const checked = config as CheckedConfig;
+    findings.push(...leaseLimitFindings(checked), ...retentionFindings(checked, retentionMs));
     const module = await loadAdapterModule(config.broker.type as BrokerType);
     if (module.diagnose) {
       const report = await module.diagnose({ ...config, store, handler: async () => {} });

@@ -3,7 +3,14 @@ import { Batcher } from './Batcher.js';
 import { retryDelayMs } from './backoff.js';
 import { decodeBody } from './body.js';
 import { CONSUMER_DEFAULTS, DEFAULT_BATCH_MAX_WAIT_MS, validateConsumerConfig } from './config.js';
-import { ConfigError, ConsumerStateError, isOncelyError, LeaseLostError, OncelyError } from './errors.js';
+import {
+  BrokerConnectionError,
+  ConfigError,
+  ConsumerStateError,
+  isOncelyError,
+  LeaseLostError,
+  OncelyError,
+} from './errors.js';
 import { fingerprintDelivery } from './fingerprint.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
@@ -183,7 +190,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       // Fail fast on a store that cannot work (unreachable, schema not migrated) rather
       // than start fetching messages that could only be held and released.
       await this.store.ping();
-      await this.adapter.start(this.runtime());
+      await this.adapter.start(this.runtime()).catch((error: unknown) => {
+        // The client's own error (ECONNREFUSED, ENOTFOUND...) says neither broker nor address.
+        throw isOncelyError(error)
+          ? error
+          : new BrokerConnectionError(this.adapter.type, this.adapter.address, { cause: error });
+      });
     } catch (error) {
       this.state = 'stopped';
       this.stopping.abort();

@@ -1,6 +1,7 @@
 import { HandlerTimeoutError, isOncelyError, LeaseLostError } from './errors.js';
 import type { AdapterLease, Delivery } from './types.js';
 
+/** What a {@link LeaseKeeper} renews, how, and whom it tells (the consumer builds one per held delivery). */
 export interface LeaseKeeperOptions {
   delivery: Delivery;
   /** The adapter's lease facts; absent when the broker has no renewable lease. */

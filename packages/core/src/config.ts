@@ -228,6 +228,14 @@ function show(value: unknown): string {
 /** The part of a consumer config that can live in a file or the environment. */
 export type LoadedConfig = Omit<ConsumerConfig, 'store' | 'handler' | 'logger'>;
 
+/**
+ * Where {@link loadConfig} reads from.
+ *
+ * @example
+ * ```ts
+ * loadConfig({ env: { ONCELY_NAME: 'payments', ONCELY_BROKER_TYPE: 'memory' }, file: './oncely.json' });
+ * ```
+ */
 export interface LoadConfigOptions {
   /** @default process.env */
   env?: Record<string, string | undefined>;
@@ -250,6 +258,119 @@ const ENV_FIELDS: Record<string, { field: string; kind: 'string' | 'number' | 'b
 };
 
 /**
+ * `ONCELY_*` variables read elsewhere than {@link ENV_FIELDS}, with what each sets. With
+ * ENV_FIELDS, the complete list `loadConfig` accepts; any other `ONCELY_*` variable is an
+ * error (a misspelled variable would otherwise be ignored and its field run at the default).
+ */
+const OTHER_VARIABLES: Record<string, { field: string; type: string }> = {
+  ONCELY_CONFIG_FILE: { field: '(a JSON file with any of the fields)', type: 'path' },
+  ONCELY_ID_ATTRIBUTE: { field: 'idStrategy: { attribute }', type: 'string' },
+  ONCELY_ID_STRATEGY: { field: 'idStrategy', type: ID_STRATEGIES.join(' | ') },
+  ONCELY_BROKER_TYPE: { field: 'broker.type', type: Object.keys(ADAPTER_PACKAGES).join(' | ') },
+  ONCELY_SCHEMA: { field: "PostgresStore's schema (and the CLI's --schema)", type: 'identifier' },
+  ONCELY_PRUNE_MIN_AGE: { field: 'the youngest age `oncely prune` takes without --force', type: 'duration' },
+};
+
+/** Prefix of the broker options (`ONCELY_BROKER_QUEUE_URL` → `broker.queueUrl`). */
+const BROKER_PREFIX = 'ONCELY_BROKER_';
+
+/**
+ * Every `ONCELY_*` variable `loadConfig` reads, with the field it sets, its type and its
+ * default: the source of the table in `docs/configuration.md` (a test keeps the two equal).
+ * `ONCELY_BROKER_<OPTION>` stands for the broker options.
+ *
+ * @example
+ * ```ts
+ * for (const v of describeEnvironmentVariables()) console.log(v.variable, v.field, v.default);
+ * // ONCELY_CONCURRENCY concurrency 1 ...
+ * ```
+ */
+export function describeEnvironmentVariables(): Array<{
+  variable: string;
+  field: string;
+  type: string;
+  default: string;
+}> {
+  const defaults: Record<string, unknown> = {
+    ...CONSUMER_DEFAULTS,
+    'backoff.initialMs': 1000,
+    'backoff.maxMs': 60_000,
+  };
+  const rows = Object.entries(ENV_FIELDS).map(([variable, { field, kind }]) => ({
+    variable,
+    field,
+    type:
+      field === 'mode'
+        ? MODES.join(' | ')
+        : field === 'bodyFormat'
+          ? BODY_FORMATS.join(' | ')
+          : kind === 'number'
+            ? 'integer'
+            : kind,
+    default: field === 'name' ? '(required)' : defaults[field] === undefined ? '' : String(defaults[field]),
+  }));
+  for (const [variable, { field, type }] of Object.entries(OTHER_VARIABLES)) {
+    rows.push({
+      variable,
+      field,
+      type,
+      default:
+        variable === 'ONCELY_SCHEMA'
+          ? 'oncely'
+          : variable === 'ONCELY_PRUNE_MIN_AGE'
+            ? '1h'
+            : variable === 'ONCELY_BROKER_TYPE'
+              ? '(required)'
+              : variable === 'ONCELY_ID_STRATEGY' || variable === 'ONCELY_ID_ATTRIBUTE'
+                ? "the adapter's"
+                : '',
+    });
+  }
+  rows.push({
+    variable: `${BROKER_PREFIX}<OPTION>`,
+    field: 'broker.<option> (SCREAMING_SNAKE_CASE → camelCase)',
+    type: 'true/false → boolean, decimal → number, else string',
+    default: "the adapter's",
+  });
+  return rows;
+}
+
+/** Source labels of broker options, kept on the loaded `broker` object (non-enumerable). */
+const BROKER_SOURCES = Symbol.for('oncely.config.brokerSources');
+
+/**
+ * Where each option of a loaded `broker` section came from (`broker.queueUrl` →
+ * `ONCELY_BROKER_QUEUE_URL`), so an adapter's `ConfigError` can name the variable.
+ *
+ * @example
+ * ```ts
+ * const { broker } = loadConfig({ env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'sqs', ONCELY_BROKER_QUEUE_URL: url } });
+ * brokerOptionSource(broker, 'broker.queueUrl'); // 'ONCELY_BROKER_QUEUE_URL'
+ * ```
+ */
+export function brokerOptionSource(broker: unknown, field: string): string | undefined {
+  if (typeof broker !== 'object' || broker === null) return undefined;
+  return (broker as { [BROKER_SOURCES]?: Map<string, string> })[BROKER_SOURCES]?.get(field);
+}
+
+/**
+ * Returns an adapter's `ConfigError` about a loaded `broker` option with the variable or
+ * file it came from in its field; any other error unchanged. `createConsumer` applies it.
+ *
+ * @example
+ * ```ts
+ * try { createAdapter(config.broker, options); } catch (error) { throw labelBrokerError(error, config.broker); }
+ * // Invalid Oncely config: broker.queu (from ONCELY_BROKER_QUEU) is not a rabbitmq broker option
+ * ```
+ */
+export function labelBrokerError(error: unknown, broker: unknown): unknown {
+  if (!(error instanceof ConfigError)) return error;
+  const source = brokerOptionSource(broker, error.field);
+  if (source === undefined) return error;
+  return new ConfigError(`${error.field} (from ${source})`, error.problem, { cause: error });
+}
+
+/**
  * Builds the serializable part of a consumer config from a JSON file and environment
  * variables (environment wins), validated; errors name the field and where it came from.
  * Swapping brokers is then a configuration change:
@@ -262,7 +383,13 @@ const ENV_FIELDS: Record<string, { field: string; kind: 'string' | 'number' | 'b
  * - `ONCELY_ID_ATTRIBUTE` (→ `idStrategy: { attribute }`) or `ONCELY_ID_STRATEGY`
  *   (`producer | broker | deduplication-id | content-hash`);
  * - `ONCELY_BROKER_TYPE` and `ONCELY_BROKER_<OPTION>` for broker options, the option name
- *   in SCREAMING_SNAKE_CASE (`ONCELY_BROKER_QUEUE_URL` → `broker.queueUrl`).
+ *   in SCREAMING_SNAKE_CASE (`ONCELY_BROKER_QUEUE_URL` → `broker.queueUrl`);
+ * - `ONCELY_SCHEMA` (`PostgresStore` reads it) and `ONCELY_PRUNE_MIN_AGE` (`oncely prune`)
+ *   are accepted here.
+ *
+ * Any other `ONCELY_*` variable is an error naming it, with the nearest known name. The
+ * broker options are checked by the adapter when the consumer is created; its errors
+ * then name the variable (or file) each option came from.
  *
  * @example
  * ```ts
@@ -271,6 +398,7 @@ const ENV_FIELDS: Record<string, { field: string; kind: 'string' | 'number' | 'b
  */
 export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
   const env = options.env ?? process.env;
+  checkVariableNames(env);
   const file = options.file ?? env.ONCELY_CONFIG_FILE;
   const sources = new Map<string, string>();
   let config: Record<string, any> = {};
@@ -317,17 +445,59 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
     config.broker = { ...config.broker, type: env.ONCELY_BROKER_TYPE };
     sources.set('broker.type', 'ONCELY_BROKER_TYPE');
   }
+  const brokerSources = new Map<string, string>();
+  if (file && typeof config.broker === 'object' && config.broker !== null) {
+    for (const option of Object.keys(config.broker)) brokerSources.set(`broker.${option}`, file);
+  }
   for (const [variable, raw] of Object.entries(env)) {
-    if (!variable.startsWith('ONCELY_BROKER_') || variable === 'ONCELY_BROKER_TYPE' || raw === undefined)
+    if (!variable.startsWith(BROKER_PREFIX) || variable === 'ONCELY_BROKER_TYPE' || raw === undefined)
       continue;
-    const option = camelCase(variable.slice('ONCELY_BROKER_'.length));
+    const option = camelCase(variable.slice(BROKER_PREFIX.length));
     config.broker = { ...config.broker, [option]: parseLoose(raw) };
+    brokerSources.set(`broker.${option}`, variable);
+  }
+  if (typeof config.broker === 'object' && config.broker !== null) {
+    Object.defineProperty(config.broker, BROKER_SOURCES, { value: brokerSources, enumerable: false });
   }
   const label = (field: string) => (sources.has(field) ? `${field} (from ${sources.get(field)})` : field);
   validateSerializable(config, label);
   if (config.idStrategy !== undefined) checkIdStrategy(config.idStrategy, label('idStrategy'));
   if (config.bodyFormat !== undefined) oneOf(config.bodyFormat, BODY_FORMATS, label('bodyFormat'));
   return config as LoadedConfig;
+}
+
+/** Throws on an `ONCELY_*` variable `loadConfig` does not read, naming the nearest known one. */
+function checkVariableNames(env: Record<string, string | undefined>): void {
+  const known = [...Object.keys(ENV_FIELDS), ...Object.keys(OTHER_VARIABLES)];
+  for (const [variable, value] of Object.entries(env)) {
+    if (!variable.startsWith('ONCELY_') || value === undefined || known.includes(variable)) continue;
+    if (variable.startsWith(BROKER_PREFIX) && variable.length > BROKER_PREFIX.length) continue;
+    const nearest = known
+      .map((name) => ({ name, distance: editDistance(variable, name) }))
+      .sort((a, b) => a.distance - b.distance)[0]!;
+    const hint =
+      nearest.distance <= Math.max(2, Math.floor(variable.length / 5))
+        ? `; did you mean ${nearest.name}?`
+        : ` (known: ${known.join(', ')}, ${BROKER_PREFIX}<OPTION>)`;
+    throw new ConfigError(variable, `is not an Oncely variable${hint}`);
+  }
+}
+
+/** Levenshtein distance, for the did-you-mean of an unknown variable. */
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(
+        previous[j]! + 1,
+        current[j - 1]! + 1,
+        previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = current;
+  }
+  return previous[b.length]!;
 }
 
 function parseValue(raw: string, kind: 'string' | 'number' | 'boolean', variable: string): unknown {

@@ -2,10 +2,10 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Consumer } from './Consumer.js';
-import { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, validateConsumerConfig } from './config.js';
+import { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, labelBrokerError, validateConsumerConfig } from './config.js';
 import { AdapterNotInstalledError, ConfigError } from './errors.js';
 import { stderrLogger } from './logger.js';
-import type { AdapterModule, BrokerType, ConsumerConfig, SqlClient } from './types.js';
+import type { AdapterModule, BrokerConfig, BrokerType, ConsumerConfig, SqlClient } from './types.js';
 
 /**
  * Creates a consumer for `config.broker.type`, loading the adapter package
@@ -50,14 +50,20 @@ export function createConsumerWith<TBody = unknown, Tx = SqlClient>(
   createAdapter: AdapterModule['createAdapter'],
 ): Consumer<TBody, Tx> {
   validateConsumerConfig(config);
-  const adapter = createAdapter(config.broker, {
-    consumerName: config.name,
-    log: config.logger ?? stderrLogger,
-    idStrategy: config.idStrategy,
-    maxAttempts: config.maxAttempts ?? CONSUMER_DEFAULTS.maxAttempts,
-    handlerTimeoutMs: config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
-    outageHoldMs: config.outageHoldMs ?? CONSUMER_DEFAULTS.outageHoldMs,
-  });
+  let adapter: ReturnType<AdapterModule['createAdapter']>;
+  try {
+    adapter = createAdapter(config.broker as BrokerConfig, {
+      consumerName: config.name,
+      log: config.logger ?? stderrLogger,
+      idStrategy: config.idStrategy,
+      maxAttempts: config.maxAttempts ?? CONSUMER_DEFAULTS.maxAttempts,
+      handlerTimeoutMs: config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
+      outageHoldMs: config.outageHoldMs ?? CONSUMER_DEFAULTS.outageHoldMs,
+    });
+  } catch (error) {
+    // A broker option from loadConfig(): name the variable (or file) it came from.
+    throw labelBrokerError(error, config.broker);
+  }
   return new Consumer(config, adapter);
 }
 

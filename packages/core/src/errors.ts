@@ -22,6 +22,7 @@ export type OncelyErrorCode =
   | 'INVALID_BODY'
   | 'CONSUMER_STATE'
   | 'BROKER_MISCONFIGURED'
+  | 'BROKER_UNREACHABLE'
   | 'SHUTDOWN';
 
 /**
@@ -48,7 +49,8 @@ export class OncelyError extends Error {
 export class ConfigError extends OncelyError {
   constructor(
     readonly field: string,
-    problem: string,
+    /** What is wrong with the field (the message without the field). */
+    readonly problem: string,
     options?: ErrorOptions,
   ) {
     super('CONFIG_INVALID', `Invalid Oncely config: ${field} ${problem}`, options);
@@ -113,6 +115,64 @@ export class BrokerMisconfiguredError extends OncelyError {
   constructor(message: string, options?: ErrorOptions) {
     super('BROKER_MISCONFIGURED', message, options);
   }
+}
+
+const BROKER_NAMES: Record<string, string> = {
+  rabbitmq: 'RabbitMQ',
+  sqs: 'SQS',
+  kafka: 'Kafka',
+  servicebus: 'Service Bus',
+  pubsub: 'Pub/Sub',
+  memory: 'the memory broker',
+};
+
+/**
+ * `consumer.start()` could not reach the broker: the adapter failed with the client's own
+ * error (a refused connection, an unknown host, a timeout), kept as `cause`. The message
+ * names the broker and the address tried, secrets redacted.
+ *
+ * @example
+ * ```ts
+ * await consumer.start().catch((error) => {
+ *   if (isOncelyError(error, 'BROKER_UNREACHABLE')) console.error(error.message);
+ *   // cannot connect to RabbitMQ at amqp://app:***@rabbit:5672: connect ECONNREFUSED 10.0.0.7:5672
+ * });
+ * ```
+ */
+export class BrokerConnectionError extends OncelyError {
+  constructor(
+    readonly brokerType: string,
+    readonly address: string | undefined,
+    options: ErrorOptions & { cause: unknown },
+  ) {
+    const cause = options.cause;
+    const code = (cause as { code?: unknown } | null)?.code;
+    const detail =
+      cause instanceof Error
+        ? `${cause.message || cause.name}${typeof code === 'string' && !cause.message.includes(code) ? ` (${code})` : ''}`
+        : String(cause);
+    super(
+      'BROKER_UNREACHABLE',
+      `cannot connect to ${BROKER_NAMES[brokerType] ?? brokerType}${address ? ` at ${redactSecrets(address)}` : ''}: ${detail}`,
+      options,
+    );
+  }
+}
+
+/**
+ * Hides the secrets an address or connection string may carry: the password of a URL
+ * (`amqp://user:***@host`), and `password=`, `SharedAccessKey=` and `AccountKey=` values.
+ *
+ * @example
+ * ```ts
+ * redactSecrets('Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=app;SharedAccessKey=abc');
+ * // 'Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=app;SharedAccessKey=***'
+ * ```
+ */
+export function redactSecrets(text: string): string {
+  return text
+    .replace(/(\/\/[^/:@\s]*):[^@\s/]*@/g, '$1:***@')
+    .replace(/\b(password|SharedAccessKey|AccountKey|sig)=([^;&\s]*)/gi, '$1=***');
 }
 
 /**

@@ -2,11 +2,20 @@ export { DEFAULT_BACKOFF, retryDelayMs } from './backoff.js';
 export { decodeBody } from './body.js';
 export { Consumer } from './Consumer.js';
 export type { LoadConfigOptions, LoadedConfig } from './config.js';
-export { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, loadConfig, validateConsumerConfig } from './config.js';
+export {
+  ADAPTER_PACKAGES,
+  brokerOptionSource,
+  CONSUMER_DEFAULTS,
+  describeEnvironmentVariables,
+  labelBrokerError,
+  loadConfig,
+  validateConsumerConfig,
+} from './config.js';
 export { createConsumer, createConsumerWith, loadAdapterModule } from './createConsumer.js';
 export type { OncelyErrorCode } from './errors.js';
 export {
   AdapterNotInstalledError,
+  BrokerConnectionError,
   BrokerMisconfiguredError,
   ConfigError,
   ConsumerStateError,
@@ -14,6 +23,7 @@ export {
   isOncelyError,
   LeaseLostError,
   OncelyError,
+  redactSecrets,
   StoreReentrancyError,
   StoreUnavailableError,
 } from './errors.js';
@@ -34,10 +44,12 @@ export type {
   BodyFormat,
   BrokerAdapter,
   BrokerConfig,
+  BrokerOptionsByType,
   BrokerType,
   ConsumerConfig,
   ConsumerEvent,
   ConsumerEventName,
+  DeadLetterCopy,
   DeadLetterReason,
   Delivery,
   DiagnoseFinding,
@@ -60,4 +72,5 @@ export type {
   SqlClient,
   SqlResult,
   StoreErrorKind,
+  TypedBrokerConfig,
 } from './types.js';

@@ -337,6 +337,8 @@ export interface AdapterRuntime {
  */
 export interface BrokerAdapter {
   readonly type: string;
+  /** Where the adapter connects (a URL, brokers, a queue URL), for error messages; secrets are redacted. */
+  readonly address?: string;
   /** Present when deliveries have a renewable lease. */
   readonly lease?: AdapterLease;
   /** ID strategy used when the consumer config names none. */
@@ -368,6 +370,11 @@ export interface AdapterOptions {
 /** What each adapter package exports so `createConsumer` can load it by `broker.type`. */
 export interface AdapterModule {
   createAdapter(broker: BrokerConfig, options: AdapterOptions): BrokerAdapter;
+  /**
+   * The copies of one message the broker's dead-letter queue holds, read without
+   * consuming them (`oncely inspect`). Only adapters whose broker can peek offer it.
+   */
+  findDeadLetters?(config: ConsumerConfig<any, any>, messageId: string): Promise<DeadLetterCopy[]>;
   diagnose?(config: ConsumerConfig): Promise<DiagnoseReport>;
 }
 
@@ -377,6 +384,17 @@ export interface DiagnoseFinding {
   message: string;
 }
 
+/** One copy of a message in a dead-letter queue, as `findDeadLetters` reports it. */
+export interface DeadLetterCopy {
+  /** Why it was dead-lettered (`max-attempts`, `missing-id`, `invalid-body`, or the broker's own). */
+  reason?: string;
+  description?: string;
+  /** When it was first enqueued. */
+  enqueuedAt?: Date;
+  deliveryCount?: number;
+}
+
+/** What an adapter's `diagnose()` found (`oncely doctor` prints it). */
 export interface DiagnoseReport {
   broker: string;
   findings: DiagnoseFinding[];
@@ -386,6 +404,7 @@ export interface DiagnoseReport {
 // Configuration
 // ---------------------------------------------------------------------------------------
 
+/** The broker types `createConsumer` can load an adapter package for. */
 export type BrokerType = 'memory' | 'sqs' | 'servicebus' | 'pubsub' | 'rabbitmq' | 'kafka';
 
 /** The `broker` section: `type` plus the adapter's own options. */
@@ -393,6 +412,36 @@ export interface BrokerConfig {
   type: BrokerType | (string & {});
   [option: string]: unknown;
 }
+
+/**
+ * The typed `broker` sections by `type`, filled by declaration merging: each adapter
+ * package (`@oncely/sqs`, `@oncely/rabbitmq`, ...) adds its own entry, so `broker` in a
+ * {@link ConsumerConfig} is the union of the adapters your program's types import, and
+ * a misspelled option fails to compile. While no adapter is imported it stays the loose
+ * {@link BrokerConfig}.
+ *
+ * @example
+ * ```ts
+ * import type {} from '@oncely/rabbitmq'; // brings RabbitMQ's entry into this program
+ * await createConsumer({ name: 'payments', broker: { type: 'rabbitmq', url, queu: 'payments' }, store, handler });
+ * //                                                                       ~~~~ does not compile
+ * ```
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: adapter packages fill it by declaration merging
+export interface BrokerOptionsByType {}
+
+/**
+ * The `broker` field of a {@link ConsumerConfig}: the union of the adapters' sections in
+ * {@link BrokerOptionsByType}, or the loose {@link BrokerConfig} while it is empty.
+ *
+ * @example
+ * ```ts
+ * const broker: TypedBrokerConfig = { type: 'sqs', queueUrl }; // with @oncely/sqs's types imported
+ * ```
+ */
+export type TypedBrokerConfig = [keyof BrokerOptionsByType] extends [never]
+  ? BrokerConfig
+  : BrokerOptionsByType[keyof BrokerOptionsByType];
 
 /**
  * How the stable message ID is found.
@@ -415,6 +464,11 @@ export type IdStrategy =
 /** How the body is decoded before the handler sees it. A decode failure dead-letters with `invalid-body`. */
 export type BodyFormat = 'json' | 'text' | 'buffer' | ((raw: unknown) => unknown);
 
+/**
+ * How a message's effect is made once: `'transactional'` (marker and effect in one
+ * transaction), `'leased'` (a claim with a deadline, for work that cannot sit in one
+ * transaction) or `'offsets'` (Kafka: the next offset in the output's transaction).
+ */
 export type ProcessingMode = 'transactional' | 'leased' | 'offsets';
 
 /**
@@ -432,6 +486,14 @@ export type PayloadFingerprintOption<TBody = unknown> =
   | { attributes: readonly string[] }
   | ((message: Message<TBody>) => string);
 
+ * Delay before a failed message runs again: `initialMs × multiplier^(attempt-1)`, at
+ * most `maxMs`, plus jitter.
+ *
+ * @example
+ * ```ts
+ * const backoff: Partial<BackoffConfig> = { initialMs: 500, maxMs: 30_000 };
+ * ```
+ */
 export interface BackoffConfig {
   /** @default 1000 */
   initialMs: number;
@@ -443,10 +505,28 @@ export interface BackoffConfig {
   jitter?: number;
 }
 
+/**
+ * What `createConsumer` takes: the consumer's name, the broker section, the store, the
+ * handler, and optional settings (each with its `@default`). `TBody` is the decoded
+ * body's type.
+ *
+ * @example
+ * ```ts
+ * const config: ConsumerConfig<{ orderId: string }> = {
+ *   name: 'payments',
+ *   broker: { type: 'memory', queue: 'payments' },
+ *   store,
+ *   handler: async (message, ctx) => {
+ *     await ctx.tx.query('INSERT INTO payments(order_id) VALUES ($1)', [message.body.orderId]);
+ *   },
+ * };
+ * ```
+ */
 export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
   /** Namespace of the processed IDs. Two consumers with one name share dedup state. */
   name: string;
-  broker: BrokerConfig;
+  /** `{ type, ...the adapter's options }`; typed per adapter, see {@link BrokerOptionsByType}. */
+  broker: TypedBrokerConfig;
   store: IdempotencyStore<Tx>;
   handler: Handler<TBody, Tx>;
   /** Handlers in flight at once. @default 1 */

@@ -4,7 +4,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { ConsumerConfig, IdempotencyStore } from '../src/index.js';
-import { ADAPTER_PACKAGES, ConfigError, loadConfig, validateConsumerConfig } from '../src/index.js';
+import {
+  ADAPTER_PACKAGES,
+  brokerOptionSource,
+  ConfigError,
+  labelBrokerError,
+  loadConfig,
+  validateConsumerConfig,
+} from '../src/index.js';
 
 const store = { transaction: async () => {}, claim: async () => new Set() } as unknown as IdempotencyStore;
 const valid = (): ConsumerConfig => ({
@@ -110,6 +117,45 @@ describe('loadConfig', () => {
     ).toThrow(/concurrency \(from ONCELY_CONCURRENCY\) must be an integer from 1/);
     expect(() => loadConfig({ env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'kafak' } })).toThrow(
       /broker\.type \(from ONCELY_BROKER_TYPE\) must be one of memory, sqs, servicebus, pubsub, rabbitmq, kafka; got "kafak"/,
+    );
+  });
+
+  it('refuses an unknown ONCELY_ variable, naming it and the nearest known one', () => {
+    const base = { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'memory' };
+    expect(fieldOf(() => loadConfig({ env: { ...base, ONCELY_CONCURENCY: '8' } }))).toBe('ONCELY_CONCURENCY');
+    expect(() => loadConfig({ env: { ...base, ONCELY_CONCURENCY: '8' } })).toThrow(
+      /ONCELY_CONCURENCY is not an Oncely variable; did you mean ONCELY_CONCURRENCY\?/,
+    );
+    expect(() => loadConfig({ env: { ...base, ONCELY_BROKR_TYPE: 'sqs' } })).toThrow(
+      /did you mean ONCELY_BROKER_TYPE\?/,
+    );
+    expect(() => loadConfig({ env: { ...base, ONCELY_FLUX_CAPACITOR: '1' } })).toThrow(
+      /ONCELY_FLUX_CAPACITOR is not an Oncely variable \(known: ONCELY_NAME, .*ONCELY_BROKER_<OPTION>\)/,
+    );
+    // Variables of other programs, the store's schema and broker options are fine.
+    expect(
+      loadConfig({ env: { ...base, ONCELY_SCHEMA: 'billing', ONCELY_BROKER_QUEUE: 'q', PATH: '/bin' } }),
+    ).toEqual({ name: 'x', broker: { type: 'memory', queue: 'q' } });
+  });
+
+  it('accepts the memory broker from the environment', () => {
+    expect(loadConfig({ env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'memory' } }).broker).toEqual({
+      type: 'memory',
+    });
+  });
+
+  it('remembers where each broker option came from, for the adapter to name', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'oncely-config-'));
+    const file = join(dir, 'oncely.json');
+    writeFileSync(file, JSON.stringify({ name: 'orders', broker: { type: 'sqs', queueUrl: 'http://q' } }));
+    const { broker } = loadConfig({
+      env: { ONCELY_CONFIG_FILE: file, ONCELY_BROKER_WAIT_TIME_SECONDS: '99' },
+    });
+    expect(brokerOptionSource(broker, 'broker.waitTimeSeconds')).toBe('ONCELY_BROKER_WAIT_TIME_SECONDS');
+    expect(brokerOptionSource(broker, 'broker.queueUrl')).toBe(file);
+    const labelled = labelBrokerError(new ConfigError('broker.waitTimeSeconds', 'must be 0 to 20'), broker);
+    expect((labelled as Error).message).toBe(
+      'Invalid Oncely config: broker.waitTimeSeconds (from ONCELY_BROKER_WAIT_TIME_SECONDS) must be 0 to 20',
     );
   });
 

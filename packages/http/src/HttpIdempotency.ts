@@ -786,6 +786,7 @@ export interface FastifyRequestLike {
   tx?: SqlClient | undefined | null;
   idempotency?: IdempotencyInfo | null;
 }
+/** The part of a Fastify reply the plugin uses (so `fastify` stays an optional peer dependency). */
 export interface FastifyReplyLike {
   statusCode: number;
   code(status: number): FastifyReplyLike;
@@ -794,11 +795,20 @@ export interface FastifyReplyLike {
   removeHeader(name: string): FastifyReplyLike;
   send(payload?: unknown): FastifyReplyLike;
 }
+/** The part of a Fastify instance the plugin registers on (hooks and the request decorator). */
 export interface FastifyInstanceLike {
   addHook(name: string, hook: (...args: any[]) => unknown): unknown;
   decorateRequest(name: string, value: unknown): unknown;
   hasRequestDecorator(name: string): boolean;
 }
+/**
+ * A Fastify plugin function, typed without importing `fastify`.
+ *
+ * @example
+ * ```ts
+ * await app.register(idempotency.fastify());
+ * ```
+ */
 export type FastifyPluginLike = (app: any, options?: unknown) => Promise<void>;
 
 interface KeyRow {

@@ -102,6 +102,10 @@ const REBUILD_MAX_MS = 30_000;
  */
 export class KafkaAdapter implements BrokerAdapter {
   readonly type = 'kafka';
+  /** The bootstrap brokers, for the error of a failed start. */
+  get address(): string {
+    return this.config.brokers.join(',');
+  }
   readonly lease: AdapterLease;
   /**
    * The `message-id` header. In `offsets` mode the record's offset is its identity (the

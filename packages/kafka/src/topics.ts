@@ -3,6 +3,14 @@ import type { Admin, ITopicConfig } from 'kafkajs';
 /** Errors a metadata request answers while a new topic is still spreading through the cluster. */
 const NOT_YET_KNOWN = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE']);
 
+/**
+ * Options of `createTopics`.
+ *
+ * @example
+ * ```ts
+ * await createTopics(admin, [{ topic: 'payments', numPartitions: 3 }], { timeoutMs: 60_000 });
+ * ```
+ */
 export interface CreateTopicsOptions {
   /** How long to wait for every partition of the new topics to have a leader. Default 30000. */
   timeoutMs?: number;

@@ -99,8 +99,10 @@ class QueueState {
  * delivery counts, delayed retries, a dead-letter list after `maxDeliveries` (like an
  * SQS redrive policy), FIFO groups, long polling, and fault injection.
  *
- * Each instance is independent (no global state). Messages live in memory only: they
- * are gone when the process exits.
+ * Each instance is independent (no global state), except the brokers you ask for by
+ * name with {@link MemoryBroker.named}, which is what a config from the environment
+ * (`ONCELY_BROKER_TYPE=memory`) uses. Messages live in memory only: they are gone when
+ * the process exits.
  *
  * @example
  * ```ts
@@ -113,6 +115,36 @@ class QueueState {
  * ```
  */
 export class MemoryBroker {
+  private static readonly byName = new Map<string, MemoryBroker>();
+
+  /**
+   * The process-wide broker registered under `name`, created on first use (and again
+   * after it was closed). A memory `broker` section without an instance
+   * (`{ type: 'memory', queue }`, as `loadConfig()` builds from `ONCELY_BROKER_TYPE=memory`)
+   * consumes from `MemoryBroker.named(broker.broker ?? 'default')`, so the producer in
+   * the same process sends there.
+   *
+   * @example
+   * ```ts
+   * // ONCELY_NAME=payments ONCELY_BROKER_TYPE=memory ONCELY_BROKER_QUEUE=payments
+   * const consumer = await createConsumer({ ...loadConfig(), store, handler });
+   * await consumer.start();
+   * await MemoryBroker.named().send('payments', { id: 'order-1', body: { orderId: 1 } });
+   * ```
+   */
+  static named(name = 'default'): MemoryBroker {
+    checkQueueName(name, 'name');
+    let broker = MemoryBroker.byName.get(name);
+    if (broker === undefined || broker.closed) {
+      broker = new MemoryBroker();
+      broker.registeredAs = name;
+      MemoryBroker.byName.set(name, broker);
+    }
+    return broker;
+  }
+
+  private registeredAs: string | undefined;
+
   /**
    * Fault hooks consulted per message (see {@link BrokerFaults}); replace at any time.
    * `randomFaults({ seed, ... })` builds reproducible ones.
@@ -481,6 +513,8 @@ export class MemoryBroker {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    if (this.registeredAs !== undefined && MemoryBroker.byName.get(this.registeredAs) === this)
+      MemoryBroker.byName.delete(this.registeredAs);
     for (const queue of this.queues.values()) {
       clearTimeout(queue.timer);
       queue.timer = undefined;

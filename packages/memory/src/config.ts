@@ -1,5 +1,5 @@
 import { type BrokerConfig, ConfigError } from '@oncely/core';
-import type { MemoryBroker } from './MemoryBroker.js';
+import { MemoryBroker } from './MemoryBroker.js';
 
 /**
  * The `broker` section for the memory broker.
@@ -9,10 +9,14 @@ import type { MemoryBroker } from './MemoryBroker.js';
  * const broker: MemoryBrokerConfig = { type: 'memory', broker: new MemoryBroker(), queue: 'orders', visibilityTimeoutMs: 5000 };
  * ```
  */
-export interface MemoryBrokerConfig extends BrokerConfig {
+export interface MemoryBrokerConfig {
   type: 'memory';
-  /** The broker instance; it belongs to you (the consumer never closes it). */
-  broker: MemoryBroker;
+  /**
+   * The broker instance (it belongs to you: the consumer never closes it), or the name
+   * of a process-wide one ({@link MemoryBroker.named}), which is how a config from a file
+   * or the environment reaches a broker. @default 'default' (`MemoryBroker.named()`)
+   */
+  broker?: MemoryBroker | string;
   /** Queue to consume. Created with defaults if it does not exist yet. */
   queue: string;
   /** Lease of each delivery, renewed by the lease keeper while the message is held. @default the queue's visibilityTimeoutMs (30000 unless `createQueue` set another) */
@@ -21,6 +25,12 @@ export interface MemoryBrokerConfig extends BrokerConfig {
   maxBatch?: number;
   /** Long-poll wait of each receive; it ends early on a new message and on stop. @default 20000 */
   pollWaitMs?: number;
+}
+
+declare module '@oncely/core' {
+  interface BrokerOptionsByType {
+    memory: MemoryBrokerConfig;
+  }
 }
 
 /** Broker config with every default filled in. */
@@ -53,7 +63,8 @@ const BROKER_METHODS = [
  * const { visibilityTimeoutMs } = resolveMemoryConfig({ type: 'memory', broker, queue: 'orders' });
  * ```
  */
-export function resolveMemoryConfig(config: BrokerConfig): ResolvedMemoryConfig {
+export function resolveMemoryConfig(section: BrokerConfig | MemoryBrokerConfig): ResolvedMemoryConfig {
+  const config = section as BrokerConfig;
   if (typeof config !== 'object' || config === null) throw new ConfigError('broker', 'must be an object');
   if (config.type !== 'memory')
     throw new ConfigError('broker.type', `must be 'memory', got ${show(config.type)}`);
@@ -65,13 +76,14 @@ export function resolveMemoryConfig(config: BrokerConfig): ResolvedMemoryConfig 
       );
     }
   }
-  const broker = config.broker as MemoryBroker | undefined;
+  const given = config.broker ?? 'default';
+  const broker = (typeof given === 'string' ? MemoryBroker.named(given) : given) as MemoryBroker | undefined;
   // Duck-typed rather than instanceof, so two copies of this package still work together.
   const missing = BROKER_METHODS.find((method) => typeof (broker as any)?.[method] !== 'function');
   if (broker === undefined || broker === null || missing) {
     throw new ConfigError(
       'broker.broker',
-      `must be a MemoryBroker instance (new MemoryBroker() from @oncely/memory), got ${describe(broker)}`,
+      `must be a MemoryBroker instance (new MemoryBroker() from @oncely/memory) or the name of one (MemoryBroker.named(name)), got ${describe(broker)}`,
     );
   }
   const queue = config.queue;

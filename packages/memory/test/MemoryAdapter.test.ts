@@ -101,7 +101,7 @@ describe('createAdapter: configuration', () => {
       }
       throw new Error('expected a ConfigError');
     };
-    expect(field({ queue: 'q' })).toBe('broker.broker');
+    expect(field({ broker: 42, queue: 'q' })).toBe('broker.broker');
     expect(field({ broker: {}, queue: 'q' })).toBe('broker.broker');
     expect(field({ broker })).toBe('broker.queue');
     expect(field({ broker, queue: '' })).toBe('broker.queue');
@@ -225,7 +225,7 @@ describe('diagnose', () => {
   const base = { name: 'c', store: {} as never, handler: async () => {} };
 
   it('reports a broken broker section as an error finding', async () => {
-    const report = await diagnose({ ...base, broker: { type: 'memory', queue: 'q' } });
+    const report = await diagnose({ ...base, broker: { type: 'memory', broker: {}, queue: 'q' } as never });
     expect(report.broker).toBe('memory');
     expect(report.findings).toMatchObject([
       { level: 'error', message: expect.stringContaining('broker.broker') },

@@ -2,6 +2,7 @@ import {
   type Consumer,
   createConsumer,
   type IdempotencyStore,
+  loadConfig,
   type SqlClient,
   silentLogger,
 } from '@oncely/core';
@@ -152,5 +153,65 @@ describe('createConsumer on the memory broker with the embedded store', () => {
     expect(counts.received).toBe(1);
     expect(counts.ackFailed).toBe(0);
     expect(await effectsPerId(store)).toEqual(new Map([['slow-1', 1]]));
+  });
+
+  it('runs from a config in the environment, on the named broker the producer sends to', async () => {
+    const queue = `from-env-${process.pid}`;
+    const config = loadConfig({
+      env: { ONCELY_NAME: 'e2e-env', ONCELY_BROKER_TYPE: 'memory', ONCELY_BROKER_QUEUE: queue },
+    });
+    expect(config.broker).toEqual({ type: 'memory', queue });
+    const store = await embeddedStore();
+    const consumer = await createConsumer({
+      ...config,
+      store,
+      logger: silentLogger,
+      handler: async (message, ctx) => {
+        await ctx.tx.query('INSERT INTO effects (message_id) VALUES ($1)', [message.id]);
+      },
+    });
+    const counts = track(consumer);
+    await consumer.start();
+    const broker = MemoryBroker.named();
+    cleanups.push(() => broker.close());
+    await broker.send(queue, { id: 'env-1', body: {} });
+    await broker.send(queue, { id: 'env-1', body: {} });
+    expect(await broker.waitForIdle(queue, { timeoutMs: 10_000 })).toBe(true);
+    expect(counts.processed).toBe(1);
+    expect(counts.duplicate).toBe(1);
+    expect(await effectsPerId(store)).toEqual(new Map([['env-1', 1]]));
+  });
+
+  it('gives each name its own broker and a fresh one after close', () => {
+    const a = MemoryBroker.named('a');
+    expect(MemoryBroker.named('a')).toBe(a);
+    expect(MemoryBroker.named('b')).not.toBe(a);
+    a.close();
+    MemoryBroker.named('b').close();
+    const again = MemoryBroker.named('a');
+    expect(again).not.toBe(a);
+    expect(again.isClosed).toBe(false);
+    again.close();
+  });
+
+  it('names the variable behind a bad broker option when the adapter checks it', async () => {
+    const config = loadConfig({
+      env: {
+        ONCELY_NAME: 'e2e-env-bad',
+        ONCELY_BROKER_TYPE: 'memory',
+        ONCELY_BROKER_QUEUE: 'q',
+        ONCELY_BROKER_VISIBILITY_TIMEOUT_MS: '0',
+      },
+    });
+    const store = await embeddedStore();
+    await expect(createConsumer({ ...config, store, handler: async () => {} })).rejects.toThrow(
+      'Invalid Oncely config: broker.visibilityTimeoutMs (from ONCELY_BROKER_VISIBILITY_TIMEOUT_MS) must be an integer from 1',
+    );
+    const typo = loadConfig({
+      env: { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'memory', ONCELY_BROKER_QUEU: 'q' },
+    });
+    await expect(createConsumer({ ...typo, store, handler: async () => {} })).rejects.toThrow(
+      /broker\.queu \(from ONCELY_BROKER_QUEU\) is not a memory broker option/,
+    );
   });
 });

@@ -39,7 +39,7 @@ export interface PostgresStoreCommonOptions {
   /**
    * Schema holding the store's tables. A plain identifier (letters, digits, `_`); always
    * quoted in SQL.
-   * @default 'oncely'
+   * @default the `ONCELY_SCHEMA` environment variable (as the CLI's `--schema`), else 'oncely'
    */
   schema?: string;
   /**
@@ -171,7 +171,7 @@ export type PostgresStoreOptions =
 export interface EmbeddedStoreOptions {
   /** Directory PGlite keeps its data in. @default in memory (lost on close) */
   dataDir?: string;
-  /** @default 'oncely' */
+  /** @default the `ONCELY_SCHEMA` environment variable, else 'oncely' */
   schema?: string;
   /** @default 5000 */
   lockTimeoutMs?: number;
@@ -197,6 +197,10 @@ export interface PruneOptions {
   batchSize?: number;
   /** Only this consumer's markers. @default every consumer */
   consumer?: string;
+  /** Count the markers that would go, delete nothing. @default false */
+  dryRun?: boolean;
+  /** Called after each batch of markers with the running total deleted (a progress bar). */
+  onProgress?: (deleted: number) => void;
 }
 
 /**
@@ -274,8 +278,12 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   constructor(options: PostgresStoreOptions) {
     if (typeof options !== 'object' || options === null)
       throw new ConfigError('store', 'options are required');
-    this.schema = options.schema ?? 'oncely';
-    this.quotedSchema = quoteSchemaName(this.schema);
+    const fromEnv = options.schema === undefined ? process.env.ONCELY_SCHEMA || undefined : undefined;
+    this.schema = options.schema ?? fromEnv ?? 'oncely';
+    this.quotedSchema = quoteSchemaName(
+      this.schema,
+      fromEnv === undefined ? 'schema' : 'schema (from ONCELY_SCHEMA)',
+    );
     this.queries = buildQueries(this.quotedSchema);
     this.lockTimeoutMs = options.lockTimeoutMs ?? 5000;
     if (!Number.isInteger(this.lockTimeoutMs) || this.lockTimeoutMs < 0) {
@@ -672,8 +680,22 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
       );
     }
     const withConsumer = consumer !== undefined;
+    if (options.dryRun) {
+      return this.run('prune()', async (client) => {
+        const { rows } = await client.query<{ n: number }>(
+          this.queries.countPrunableMarkers(withConsumer),
+          withConsumer ? [cutoff, consumer] : [cutoff],
+        );
+        return rows[0]!.n;
+      });
+    }
     const params = withConsumer ? [cutoff, batchSize, consumer] : [cutoff, batchSize];
-    const markers = await this.deleteInBatches(this.queries.pruneMarkers(withConsumer), params, batchSize);
+    const markers = await this.deleteInBatches(
+      this.queries.pruneMarkers(withConsumer),
+      params,
+      batchSize,
+      options.onProgress,
+    );
     await this.deleteInBatches(this.queries.pruneAttempts(withConsumer), params, batchSize);
     return markers;
   }
@@ -705,7 +727,12 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     return this.driver.close();
   }
 
-  private async deleteInBatches(sql: string, params: unknown[], batchSize: number): Promise<number> {
+  private async deleteInBatches(
+    sql: string,
+    params: unknown[],
+    batchSize: number,
+    onProgress?: (deleted: number) => void,
+  ): Promise<number> {
     let total = 0;
     for (;;) {
       // One short transaction per batch: locks are held briefly and other work interleaves.
@@ -714,6 +741,7 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
         async (client) => (await client.query(sql, params)).rows.length,
       );
       total += deleted;
+      onProgress?.(total);
       if (deleted < batchSize) return total;
     }
   }

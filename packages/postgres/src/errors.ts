@@ -37,8 +37,9 @@ export class DriverNotInstalledError extends OncelyError {
 
 /**
  * The store's schema is not at the version this package works with: either it was never
- * migrated (or is behind: call `migrate()`), or a newer `@oncely/postgres` migrated it
- * (upgrade this package; migrations are forward-only and never undone).
+ * migrated or is behind (code `'SCHEMA_NOT_MIGRATED'`: call `migrate()`), or a newer
+ * `@oncely/postgres` migrated it (code `'SCHEMA_TOO_NEW'`: upgrade this package;
+ * migrations are forward-only and never undone).
  *
  * Classified `'unavailable'` by {@link classifyPostgresError}: a consumer fails closed
  * (pauses, processes nothing, dead-letters nothing) until the schema is right, instead of
@@ -64,7 +65,11 @@ export class SchemaVersionError extends OncelyError {
     readonly expected: number,
     options?: ErrorOptions,
   ) {
-    super('CONFIG_INVALID', schemaVersionMessage(schema, found, expected), options);
+    super(
+      found < expected ? 'SCHEMA_NOT_MIGRATED' : 'SCHEMA_TOO_NEW',
+      schemaVersionMessage(schema, found, expected),
+      options,
+    );
   }
 }
 
@@ -77,7 +82,7 @@ function schemaVersionMessage(schema: string, found: number, expected: number): 
   }
   if (found === 0)
     return `schema "${schema}" is not migrated: call store.migrate() (or run \`oncely migrate\`) first`;
-  return `schema "${schema}" is at version ${found}, this package needs ${expected}: call store.migrate() first`;
+  return `schema "${schema}" is at version ${found}, this package needs ${expected}: call store.migrate() (or run \`oncely migrate\`) first`;
 }
 
 /**

@@ -53,10 +53,10 @@ export function quoteQualifiedName(name: unknown, field: string): string {
  * Validates the store's schema name: a plain identifier that PostgreSQL lets us create
  * (names starting with `pg_` are reserved for system schemas).
  */
-export function quoteSchemaName(schema: unknown): string {
-  const quoted = quoteIdentifier(schema, 'schema');
+export function quoteSchemaName(schema: unknown, field = 'schema'): string {
+  const quoted = quoteIdentifier(schema, field);
   if ((schema as string).toLowerCase().startsWith('pg_')) {
-    throw new ConfigError('schema', `must not start with "pg_" (reserved by PostgreSQL); got "${schema}"`);
+    throw new ConfigError(field, `must not start with "pg_" (reserved by PostgreSQL); got "${schema}"`);
   }
   return quoted;
 }

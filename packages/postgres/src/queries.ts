@@ -46,6 +46,8 @@ export interface StoreQueries {
    * the processed_at index; rows another transaction holds are skipped, not waited for.
    */
   pruneMarkers(withConsumer: boolean): string;
+  /** $1 cutoff [, $2 consumer]: how many completed markers `pruneMarkers` would delete (`n`). */
+  countPrunableMarkers(withConsumer: boolean): string;
   /** $1 cutoff, $2 batch size [, $3 consumer]. Attempt counters not touched since the cutoff. */
   pruneAttempts(withConsumer: boolean): string;
   /** `'"schema".migrations'`, for to_regclass. */
@@ -128,6 +130,9 @@ export function buildQueries(s: string): StoreQueries {
       DELETE FROM ${markers} AS m USING doomed
       WHERE m.consumer = doomed.consumer AND m.message_id = doomed.message_id
       RETURNING 1 AS pruned`,
+    countPrunableMarkers: (withConsumer) =>
+      `SELECT count(*)::int AS n FROM ${markers}
+        WHERE processed_at < $1 AND status = 'completed'${withConsumer ? ' AND consumer = $2' : ''}`,
     pruneAttempts: (withConsumer) => `WITH doomed AS (
         SELECT consumer, message_id FROM ${s}.attempts
         WHERE updated_at < $1${withConsumer ? ' AND consumer = $3' : ''}

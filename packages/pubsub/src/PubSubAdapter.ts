@@ -104,6 +104,15 @@ export interface PubSubAdapterStats {
  */
 export class PubSubAdapter implements BrokerAdapter {
   readonly type = 'pubsub';
+  /** The endpoint and subscription, for the error of a failed start. */
+  get address(): string {
+    const { apiEndpoint, projectId, subscription } = this.settings;
+    const name =
+      subscription.startsWith('projects/') || !projectId
+        ? subscription
+        : `projects/${projectId}/subscriptions/${subscription}`;
+    return `${apiEndpoint ?? process.env.PUBSUB_EMULATOR_HOST ?? 'pubsub.googleapis.com'} (${name})`;
+  }
   readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
   readonly stats: PubSubAdapterStats = { received: 0, staleAckIds: 0, deadLettered: 0, reconnects: 0 };
 

@@ -28,7 +28,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   const report: DiagnoseReport = { broker: 'pubsub', findings };
   let settings: PubSubSettings;
   try {
-    settings = parsePubSubConfig(config.broker);
+    settings = parsePubSubConfig(config.broker as unknown as Record<string, unknown>);
   } catch (error) {
     findings.push({ level: 'error', message: (error as Error).message });
     return report;

@@ -173,3 +173,11 @@ function show(value: unknown): string {
     return String(value);
   }
 }
+
+// Adds this adapter's section to the `broker` union of ConsumerConfig (declaration merging),
+// so `createConsumer({ broker: { type: 'pubsub', ... } })` is type-checked.
+declare module '@oncely/core' {
+  interface BrokerOptionsByType {
+    pubsub: PubSubBrokerConfig;
+  }
+}

@@ -6,6 +6,7 @@ import {
   type DeadLetterReason,
   type IdStrategy,
   type Logger,
+  redactSecrets,
 } from '@oncely/core';
 import { type ChannelModel, type ConfirmChannel, type ConsumeMessage, connect, type Options } from 'amqplib';
 import { ConfirmedPublisher } from './ConfirmedPublisher.js';
@@ -56,6 +57,10 @@ export type RabbitMqAdapterOptions = AdapterOptions;
  */
 export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
   readonly type = 'rabbitmq';
+  /** The node URLs, passwords redacted (core puts it in the error of a failed start). */
+  get address(): string {
+    return this.options.urls.map(redactSecrets).join(', ');
+  }
   readonly defaultIdStrategy: IdStrategy = 'producer';
   readonly retryMode: 'topology' | 'requeue';
 

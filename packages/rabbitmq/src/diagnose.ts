@@ -22,7 +22,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   const report: DiagnoseReport = { broker: 'rabbitmq', findings };
   let options: ResolvedOptions;
   try {
-    options = parseBrokerOptions(config.broker as Record<string, unknown>);
+    options = parseBrokerOptions(config.broker as unknown as Record<string, unknown>);
   } catch (error) {
     findings.push({ level: 'error', message: errorText(error) });
     return report;

@@ -92,6 +92,9 @@ export function amqpReplyCode(error: unknown): number | undefined {
  * ```
  */
 export const AMQP_NOT_FOUND = 404;
+/** AMQP reply code 406: a redeclare with other arguments, an unknown delivery tag, a consumer timeout. */
 export const AMQP_PRECONDITION_FAILED = 406;
+/** AMQP reply code 403: the user may not use the vhost, queue or exchange. */
 export const AMQP_ACCESS_REFUSED = 403;
+/** AMQP reply code 312: a mandatory publish that no queue was bound to receive. */
 export const AMQP_NO_ROUTE = 312;

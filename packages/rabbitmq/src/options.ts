@@ -435,3 +435,11 @@ function show(value: unknown): string {
     return String(value);
   }
 }
+
+// Adds this adapter's section to the `broker` union of ConsumerConfig (declaration merging),
+// so `createConsumer({ broker: { type: 'rabbitmq', ... } })` is type-checked.
+declare module '@oncely/core' {
+  interface BrokerOptionsByType {
+    rabbitmq: RabbitMqBrokerOptions & { type: 'rabbitmq' };
+  }
+}

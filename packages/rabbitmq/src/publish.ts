@@ -5,6 +5,14 @@ import { AMQP_NO_ROUTE, RabbitMqOperationError } from './errors.js';
 /** Where {@link publish} sends: straight to a queue, or to an exchange with a routing key. */
 export type PublishTarget = { queue: string } | { exchange: string; routingKey: string };
 
+/**
+ * Options of {@link publish}.
+ *
+ * @example
+ * ```ts
+ * await publish(channel, { queue: 'payments' }, { orderId: 42 }, { messageId: 'order-42' });
+ * ```
+ */
 export interface PublishOptions {
   /**
    * Required: the message's stable ID (`properties.messageId`), the consumer's default

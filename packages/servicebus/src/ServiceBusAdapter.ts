@@ -82,6 +82,12 @@ export interface ServiceBusAdapterStats {
  */
 export class ServiceBusAdapter implements BrokerAdapter {
   readonly type = 'servicebus';
+  /** The namespace endpoint and entity, for the error of a failed start (no key). */
+  get address(): string {
+    const endpoint = /(?:^|;)\s*Endpoint=([^;]+)/i.exec(this.settings.connectionString ?? '')?.[1];
+    const host = endpoint ?? this.settings.client?.fullyQualifiedNamespace ?? 'the given client';
+    return `${host} (${this.settings.entityPath})`;
+  }
   /** Service Bus `messageId`; a retry copy carries the original's in `oncely-message-id`. */
   readonly defaultIdStrategy: IdStrategy = 'producer';
   readonly stats: ServiceBusAdapterStats = { received: 0, lockLost: 0, deadLettered: 0, retryCopies: 0 };
@@ -167,6 +173,12 @@ export class ServiceBusAdapter implements BrokerAdapter {
         throw new BrokerMisconfiguredError(`Service Bus entity ${this.settings.entityPath} does not exist`, {
           cause: error,
         });
+      }
+      // A socket error (the SDK keeps Node's syscall/errno, code 'GeneralError'): the
+      // namespace is unreachable. Fail the start; core names the broker and address.
+      if (typeof (error as { syscall?: unknown } | null)?.syscall === 'string') {
+        await this.close().catch(() => {});
+        throw error;
       }
       this.log.warn(`servicebus: cannot peek ${this.settings.entityPath} at start; receiving anyway`, {
         error,

@@ -1,5 +1,5 @@
 import { ServiceBusAdministrationClient, ServiceBusClient } from '@azure/service-bus';
-import type { ConsumerConfig, DiagnoseFinding, DiagnoseReport } from '@oncely/core';
+import type { BrokerConfig, ConsumerConfig, DiagnoseFinding, DiagnoseReport } from '@oncely/core';
 import { MAX_LOCK_DURATION_MS, parseServiceBusConfig, type ServiceBusSettings } from './serviceBusConfig.js';
 
 /** What diagnose could learn about the entity. */
@@ -37,7 +37,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   const report: DiagnoseReport = { broker: 'servicebus', findings };
   let settings: ServiceBusSettings;
   try {
-    settings = parseServiceBusConfig(config.broker);
+    settings = parseServiceBusConfig(config.broker as BrokerConfig);
   } catch (error) {
     findings.push({ level: 'error', message: (error as Error).message });
     return report;

@@ -9,6 +9,7 @@ export {
   ServiceBusOperationError,
   serviceBusErrorCode,
 } from './errors.js';
+export { findDeadLetters } from './findDeadLetters.js';
 export type { ServiceBusAdapterOptions, ServiceBusAdapterStats } from './ServiceBusAdapter.js';
 export { retryCopy, ServiceBusAdapter } from './ServiceBusAdapter.js';
 export { ServiceBusDelivery } from './ServiceBusDelivery.js';

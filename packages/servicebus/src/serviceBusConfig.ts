@@ -166,3 +166,11 @@ export function parseServiceBusConfig(broker: Record<string, unknown>): ServiceB
     retryStrategy,
   };
 }
+
+// Adds this adapter's section to the `broker` union of ConsumerConfig (declaration merging),
+// so `createConsumer({ broker: { type: 'servicebus', ... } })` is type-checked.
+declare module '@oncely/core' {
+  interface BrokerOptionsByType {
+    servicebus: ServiceBusBrokerConfig;
+  }
+}

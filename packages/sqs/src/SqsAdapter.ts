@@ -127,6 +127,11 @@ export interface SqsAdapterStats {
  */
 export class SqsAdapter implements BrokerAdapter {
   readonly type = 'sqs';
+  /** The queue URL (and the custom endpoint, if any), for the error of a failed start. */
+  get address(): string {
+    const { queueUrl, endpoint } = this.settings;
+    return endpoint && !queueUrl.startsWith(endpoint) ? `${queueUrl} (endpoint ${endpoint})` : queueUrl;
+  }
   readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
   readonly stats: SqsAdapterStats = { received: 0, staleReceipts: 0, deadLettered: 0 };
 

@@ -326,3 +326,11 @@ function show(value: unknown): string {
     return String(value);
   }
 }
+
+// Adds this adapter's section to the `broker` union of ConsumerConfig (declaration merging),
+// so `createConsumer({ broker: { type: 'sqs', ... } })` is type-checked.
+declare module '@oncely/core' {
+  interface BrokerOptionsByType {
+    sqs: SqsBrokerConfig;
+  }
+}

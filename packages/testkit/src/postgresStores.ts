@@ -4,6 +4,7 @@ import type { AdapterHarness, StoreHandle } from './harness.js';
 /** A store the harness can migrate (the PostgreSQL store; testkit does not import it). */
 export type MigratableStore = IdempotencyStore<SqlClient> & { migrate(): Promise<unknown> };
 
+/** How the testkit builds PostgreSQL stores for a conformance harness (one schema, stores through a proxy). */
 export interface PostgresStoresOptions {
   /** The real server, e.g. `postgres://postgres@127.0.0.1:5432/test`. */
   connectionString: string;

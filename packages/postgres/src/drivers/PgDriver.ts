@@ -3,7 +3,7 @@ import { StoreUnavailableError } from '@oncely/core';
 import { classifyPostgresError, markFromStoreConnection } from '../classifyError.js';
 import { DriverNotInstalledError, TransactionAbortedError } from '../errors.js';
 import type { StoreDriver } from './StoreDriver.js';
-import { describeError, lockTimeoutStatement } from './StoreDriver.js';
+import { describeError, lockTimeoutStatement, redactConnectionString } from './StoreDriver.js';
 
 /**
  * The part of a `pg.PoolClient` the store uses. Declared structurally so that the
@@ -252,7 +252,11 @@ export class PgDriver implements StoreDriver {
       return await pool.connect();
     } catch (error) {
       markFromStoreConnection(error);
-      throw new StoreUnavailableError(`cannot connect to PostgreSQL: ${describeError(error)}`, {
+      const at =
+        'connectionString' in this.source
+          ? ` at ${redactConnectionString(this.source.connectionString)}`
+          : '';
+      throw new StoreUnavailableError(`cannot connect to PostgreSQL${at}: ${describeError(error)}`, {
         cause: error,
       });
     }

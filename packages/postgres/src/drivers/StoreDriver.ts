@@ -41,3 +41,24 @@ export function describeError(error: unknown): string {
   }
   return String(error);
 }
+
+/**
+ * A connection string fit for an error message: the password replaced by `***` (in a URL
+ * and in a `password=` keyword), everything else kept so the reader sees which host,
+ * port and database were tried.
+ *
+ * @example
+ * ```ts
+ * redactConnectionString('postgres://app:s3cret@db:5432/orders'); // 'postgres://app:***@db:5432/orders'
+ * ```
+ */
+export function redactConnectionString(connectionString: string): string {
+  const keywordsRedacted = connectionString.replace(/(password\s*=\s*)('[^']*'|[^\s&]*)/gi, '$1***');
+  try {
+    const url = new URL(keywordsRedacted);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    return keywordsRedacted;
+  }
+}

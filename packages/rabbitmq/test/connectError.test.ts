@@ -1,0 +1,38 @@
+import { createServer } from 'node:net';
+import { createConsumer, isOncelyError, silentLogger } from '@oncely/core';
+import { PostgresStore } from '@oncely/postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type {} from '../src/index.js';
+
+/** A port nothing listens on: bound by us, then closed, so a connect is refused at once. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+describe('start() on an unreachable broker', () => {
+  const store = PostgresStore.embedded();
+  beforeAll(() => store.migrate(), 60_000);
+  afterAll(() => store.close());
+
+  it('names the broker and the address, without the secret', async () => {
+    const port = await closedPort();
+    const consumer = await createConsumer({
+      name: 'unreachable',
+      broker: { type: 'rabbitmq', url: `amqp://guest:s3cret@127.0.0.1:${port}`, queue: 'unreachable' },
+      store,
+      logger: silentLogger,
+      handler: async () => {},
+    });
+    const error = await consumer.start().catch((e: unknown) => e);
+    expect(isOncelyError(error, 'BROKER_UNREACHABLE')).toBe(true);
+    expect((error as Error).message).toBe(
+      `cannot connect to RabbitMQ at amqp://guest:***@127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}`,
+    );
+    expect((error as Error).message).not.toContain('s3cret');
+    expect((error as Error).cause).toBeInstanceOf(Error);
+  });
+});

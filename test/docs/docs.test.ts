@@ -1,0 +1,53 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describeEnvironmentVariables } from '@oncely/core';
+import { describe, expect, it } from 'vitest';
+import { DOC, DOCS, renderDocument } from '../../scripts/config-docs.mjs';
+
+const root = join(import.meta.dirname, '..', '..');
+
+describe('docs/configuration.md', () => {
+  it.each(DOCS)(
+    '%s holds the table the code describes (node scripts/config-docs.mjs regenerates it)',
+    (file) => {
+      const current = readFileSync(file, 'utf8');
+      expect(current).toBe(renderDocument(current, file));
+    },
+  );
+
+  it('lists every ONCELY_ variable packages/core/src/config.ts mentions', () => {
+    const source = readFileSync(join(root, 'packages/core/src/config.ts'), 'utf8');
+    const mentioned = new Set(source.match(/\bONCELY_[A-Z0-9_]*[A-Z0-9]_?/g));
+    const documented = new Set(describeEnvironmentVariables().map((v) => v.variable));
+    const table = readFileSync(DOC, 'utf8');
+    expect(mentioned.size).toBeGreaterThan(10);
+    for (const variable of mentioned) {
+      // Broker options (ONCELY_BROKER_QUEUE_URL, the prefix itself) are the <OPTION> row.
+      const row =
+        variable.startsWith('ONCELY_BROKER_') && variable !== 'ONCELY_BROKER_TYPE'
+          ? 'ONCELY_BROKER_<OPTION>'
+          : variable;
+      expect(documented, `${variable} is read in config.ts but not described`).toContain(row);
+      expect(table, `${variable} is missing from docs/configuration.md`).toContain(`| \`${row}\` |`);
+    }
+  });
+});
+
+describe('package READMEs', () => {
+  it('link absolutely: npm shows a README without the repository around it', () => {
+    const offenders: string[] = [];
+    for (const name of readdirSync(join(root, 'packages'))) {
+      let text: string;
+      try {
+        text = readFileSync(join(root, 'packages', name, 'README.md'), 'utf8');
+      } catch {
+        offenders.push(`${name}: no README.md`);
+        continue;
+      }
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (!/^(https?:|mailto:|#)/.test(target!)) offenders.push(`${name}: ${target}`);
+      }
+    }
+    expect(offenders).toEqual([]);
+  });
+});

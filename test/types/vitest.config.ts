@@ -1,0 +1,5 @@
+import { defineConfig } from 'vitest/config';
+
+// Each test runs `tsc` on a small program against the built packages (dist): a few
+// seconds of CPU each on a busy machine.
+export default defineConfig({ test: { name: 'types', include: ['**/*.test.ts'], testTimeout: 120_000 } });
