@@ -23,6 +23,8 @@ export { LeaseKeeper } from './LeaseKeeper.js';
 export { silentLogger, stderrLogger } from './logger.js';
 export type { BatchItem, BatchItemResult, ProcessOnceResult } from './processOnce.js';
 export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
+export type { TelemetryConfig } from './telemetry.js';
+export { extractTraceContext, INSTRUMENTATION_SCOPE, traceHeaders } from './telemetry.js';
 export type {
   AdapterLease,
   AdapterModule,

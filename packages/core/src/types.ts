@@ -8,6 +8,8 @@
  *   place that decides when to ack, retry or dead-letter.
  */
 
+import type { TelemetryConfig } from './telemetry.js';
+
 // ---------------------------------------------------------------------------------------
 // SQL and the store
 // ---------------------------------------------------------------------------------------
@@ -439,6 +441,12 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
    */
   batch?: { size: number; maxWaitMs?: number };
   logger?: Logger;
+  /**
+   * OpenTelemetry: a `process` span per delivery (a child of the producer's `traceparent`)
+   * and the `oncely.*` counters. @default the providers registered with `@opentelemetry/api`
+   * (no-ops without an SDK)
+   */
+  telemetry?: TelemetryConfig;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ConfigError } from '@oncely/core';
+import { ConfigError, traceHeaders } from '@oncely/core';
 import { BrokerClosedError, InjectedFaultError, StaleReceiptError } from './errors.js';
 import { TimeHeap } from './TimeHeap.js';
 import type {
@@ -858,7 +858,9 @@ function checkSendInput(input: SendInput): Record<string, string> {
   if (typeof input !== 'object' || input === null || !('body' in input)) {
     throw new ConfigError('send', 'takes { id?, body, attributes?, groupId?, delayMs? }');
   }
-  const attributes: Record<string, string> = {};
+  // The sender's trace context (W3C traceparent), so the consumer's span joins its trace;
+  // attributes the caller gives win.
+  const attributes: Record<string, string> = traceHeaders();
   for (const [key, value] of Object.entries(input.attributes ?? {})) {
     if (typeof value !== 'string') throw new ConfigError(`send.attributes.${key}`, 'must be a string');
     attributes[key] = value;

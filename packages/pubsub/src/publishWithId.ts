@@ -1,4 +1,5 @@
 import type { Topic } from '@google-cloud/pubsub';
+import { traceHeaders } from '@oncely/core';
 
 /**
  * A message for {@link publishWithId}.
@@ -61,7 +62,12 @@ export async function publishWithId(
   const data = Buffer.isBuffer(message.body)
     ? message.body
     : Buffer.from(typeof message.body === 'string' ? message.body : JSON.stringify(message.body));
-  const attributes = { ...message.attributes, [options.idAttribute ?? 'message-id']: message.id };
+  // The sender's trace context (W3C traceparent), unless the caller's attributes set one.
+  const attributes = {
+    ...traceHeaders(),
+    ...message.attributes,
+    [options.idAttribute ?? 'message-id']: message.id,
+  };
   for (let attempt = 1; ; attempt++) {
     try {
       return await topic.publishMessage({

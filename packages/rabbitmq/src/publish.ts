@@ -1,3 +1,4 @@
+import { traceHeaders } from '@oncely/core';
 import type { ConfirmChannel, Options } from 'amqplib';
 import { ConfirmedPublisher } from './ConfirmedPublisher.js';
 import { AMQP_NO_ROUTE, RabbitMqOperationError } from './errors.js';
@@ -78,7 +79,8 @@ export async function publish(
     ...options.properties,
     messageId,
     persistent: options.persistent ?? true,
-    headers: options.headers ?? {},
+    // The sender's trace context (W3C traceparent), unless the caller's headers set one.
+    headers: { ...traceHeaders(), ...(options.headers ?? {}) },
     ...(contentType !== undefined ? { contentType } : {}),
   };
   const [exchange, routingKey] =
