@@ -6,7 +6,7 @@ import { CONSUMER_DEFAULTS, DEFAULT_BATCH_MAX_WAIT_MS, validateConsumerConfig } 
 import { ConfigError, ConsumerStateError, isOncelyError, LeaseLostError, OncelyError } from './errors.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
-import { stderrLogger } from './logger.js';
+import { stderrLogger, toLogger } from './logger.js';
 import { processBatchOnce, retryTransient } from './processOnce.js';
 import { Telemetry } from './telemetry.js';
 import type {
@@ -136,7 +136,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         (error) => this.log.error('unexpected batch pipeline error', { error }),
       );
     }
-    this.log = this.settings.logger;
+    this.log = toLogger(this.settings.logger);
     this.telemetry = new Telemetry(config.name, adapter.type, config.telemetry);
     // Unhandled 'error' events would crash the process; we never emit 'error'.
     this.emitter.setMaxListeners(0);

@@ -20,7 +20,7 @@ export {
 export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 export type { LeaseKeeperOptions } from './LeaseKeeper.js';
 export { LeaseKeeper } from './LeaseKeeper.js';
-export { silentLogger, stderrLogger } from './logger.js';
+export { silentLogger, stderrLogger, toLogger } from './logger.js';
 export type { BatchItem, BatchItemResult, ProcessOnceResult } from './processOnce.js';
 export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
 export type { TelemetryConfig } from './telemetry.js';

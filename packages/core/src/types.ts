@@ -143,7 +143,17 @@ export interface Message<TBody = unknown> {
   raw: unknown;
 }
 
-/** Structured logger; defaults write warnings and errors to stderr. */
+/**
+ * Structured logger; defaults write warnings and errors to stderr. Oncely calls
+ * `warn(message, fields)`; a pino logger is taken as it is (its fields-first order is
+ * recognised, see `toLogger`).
+ *
+ * @example
+ * ```ts
+ * import pino from 'pino';
+ * const logger: Logger = pino({ level: 'info' });
+ * ```
+ */
 export interface Logger {
   debug(message: string, fields?: Record<string, unknown>): void;
   info(message: string, fields?: Record<string, unknown>): void;
