@@ -27,6 +27,11 @@ import { processSpans, startTestSdk } from './otelSdk.js';
 
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+// External emulators (docker-compose.yml) replace the in-process ones when these are set.
+const SQS_ENDPOINT = process.env.SQS_ELASTICMQ_ENDPOINT;
+const PUBSUB_EMULATOR_HOST = process.env.PUBSUB_EMULATOR_HOST;
+/** An external Service Bus emulator, with the `oncely-tracing` queue of docker/servicebus/Config.json. */
+const SERVICEBUS_CONNECTION_STRING = process.env.SERVICEBUS_CONNECTION_STRING;
 const hasPostgres = await requireService('PostgreSQL', async () => {
   const client = new pg.Client({ connectionString: DATABASE_URL });
   await client.connect();
@@ -151,15 +156,15 @@ describe.skipIf(!hasPostgres)('trace context through real brokers and emulators'
   });
 
   it('SQS (fauxqs): sendMessage() adds a traceparent message attribute; the process span joins the trace', async () => {
-    const server = await startFauxqs({ port: 0, logger: false });
+    const server = SQS_ENDPOINT ? undefined : await startFauxqs({ port: 0, logger: false });
     const client = new SQSClient({
-      endpoint: server.address,
+      endpoint: SQS_ENDPOINT ?? server!.address,
       region: 'us-east-1',
       credentials: { accessKeyId: 'x', secretAccessKey: 'x' },
     });
     cleanups.push(async () => {
       client.destroy();
-      await server.stop();
+      await server?.stop();
     });
     const { QueueUrl: queueUrl } = await client.send(
       new CreateQueueCommand({ QueueName: `otel-${randomUUID().slice(0, 8)}` }),
@@ -208,11 +213,12 @@ describe.skipIf(!hasPostgres)('trace context through real brokers and emulators'
   });
 
   it('Pub/Sub (emulator): publishWithId() adds a traceparent attribute; the process span joins the trace', async () => {
-    const emulator = await startPubSubEmulator({ port: 0 });
-    const pubsub = new PubSub({ projectId: 'oncely-test', apiEndpoint: emulator.address });
+    const emulator = PUBSUB_EMULATOR_HOST ? undefined : await startPubSubEmulator({ port: 0 });
+    const apiEndpoint = PUBSUB_EMULATOR_HOST ?? emulator!.address;
+    const pubsub = new PubSub({ projectId: 'oncely-test', apiEndpoint });
     cleanups.push(async () => {
       await pubsub.close();
-      await emulator.stop();
+      await emulator?.stop();
     });
     const [topic] = await pubsub.createTopic(`otel-${randomUUID().slice(0, 8)}`);
     const [subscription] = await topic.createSubscription(`otel-sub-${randomUUID().slice(0, 8)}`, {
@@ -223,7 +229,7 @@ describe.skipIf(!hasPostgres)('trace context through real brokers and emulators'
     const spy = await started(
       createPubSubConsumer({
         name,
-        broker: { projectId: 'oncely-test', apiEndpoint: emulator.address, subscription: subscription.name },
+        broker: { projectId: 'oncely-test', apiEndpoint, subscription: subscription.name },
         store,
         logger: silentLogger,
         telemetry: telemetry(),
@@ -241,20 +247,22 @@ describe.skipIf(!hasPostgres)('trace context through real brokers and emulators'
   });
 
   it('Service Bus (emulator): sendWithId() adds a traceparent application property; the process span joins the trace', async () => {
-    const emulator = await startServiceBusEmulator({ port: 0 });
-    const client = new ServiceBusClient(emulator.connectionString);
+    // The official emulator cannot create queues at run time: it has `oncely-tracing`.
+    const emulator = SERVICEBUS_CONNECTION_STRING ? undefined : await startServiceBusEmulator({ port: 0 });
+    const connectionString = SERVICEBUS_CONNECTION_STRING ?? emulator!.connectionString;
+    const client = new ServiceBusClient(connectionString);
     cleanups.push(async () => {
       await client.close();
-      await emulator.stop();
+      await emulator?.stop();
     });
-    const queue = `otel-${randomUUID().slice(0, 8)}`;
-    emulator.createQueue(queue, { MaxDeliveryCount: 10 });
+    const queue = emulator ? `otel-${randomUUID().slice(0, 8)}` : 'oncely-tracing';
+    emulator?.createQueue(queue, { MaxDeliveryCount: 10 });
     const seen: Seen[] = [];
     const name = `otel-sb-${randomUUID().slice(0, 8)}`;
     const spy = await started(
       createServiceBusConsumer({
         name,
-        broker: { connectionString: emulator.connectionString, queueName: queue, maxWaitTimeMs: 300 },
+        broker: { connectionString, queueName: queue, maxWaitTimeMs: 300 },
         store,
         logger: silentLogger,
         telemetry: telemetry(),
