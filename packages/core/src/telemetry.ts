@@ -19,7 +19,15 @@ import {
 } from '@opentelemetry/api';
 import type { ConsumerEvent, ConsumerEventName, Delivery, Envelope } from './types.js';
 
-/** The instrumentation scope name of Oncely's tracer and meter. */
+/**
+ * The instrumentation scope name of Oncely's tracer and meter: filter or route Oncely's
+ * spans and metrics by it.
+ *
+ * @example
+ * ```ts
+ * const oncelySpans = exporter.getFinishedSpans().filter((s) => s.instrumentationScope.name === INSTRUMENTATION_SCOPE);
+ * ```
+ */
 export const INSTRUMENTATION_SCOPE = '@oncely/core';
 
 /**

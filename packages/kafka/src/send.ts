@@ -50,6 +50,9 @@ export interface KafkaSendOptions {
  * Use a producer created with `idempotent: true` where you can: it keeps kafkajs' own
  * retries from writing a record twice.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });

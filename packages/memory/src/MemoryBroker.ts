@@ -164,7 +164,8 @@ export class MemoryBroker {
 
   /**
    * Sends a message. `id` is the producer's message ID: it is also stored in attribute
-   * `message-id`. The broker assigns its own ID to every stored copy.
+   * `message-id`. The broker assigns its own ID to every stored copy. The active
+   * OpenTelemetry context goes along as a `traceparent` attribute, unless you set one.
    *
    * @example
    * ```ts

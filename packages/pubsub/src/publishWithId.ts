@@ -46,6 +46,9 @@ export interface PublishWithIdOptions {
  * With an ordering key, a failed publish pauses the key in the client; it is resumed
  * before the retry (`topic.resumePublishing(key)`), as the ordering samples do.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const topic = pubsub.topic('orders', { messageOrdering: true });

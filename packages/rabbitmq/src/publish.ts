@@ -46,6 +46,9 @@ export interface PublishOptions {
  *
  * Bodies: a Buffer is sent as is, a string as UTF-8, anything else as JSON.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const connection = await amqp.connect(process.env.RABBITMQ_URL);

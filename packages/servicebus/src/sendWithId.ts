@@ -26,6 +26,9 @@ export interface SendWithIdOptions {
  * A send whose outcome is unknown (a timeout) may have reached the entity: retrying with
  * the same ID is what makes that safe.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const sender = client.createSender('payments');

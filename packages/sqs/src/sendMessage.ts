@@ -113,6 +113,9 @@ export interface SentSqsMessage {
  * duplicate the consumer skips, never a second business message. Permanent errors (a bad
  * request, a missing queue, no permission) are thrown at once as `SqsOperationError`.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` attributes
+ * where SQS's limit of 10 leaves room after yours (see docs/observability.md).
+ *
  * @example
  * ```ts
  * import { sendMessage } from '@oncely/sqs';
