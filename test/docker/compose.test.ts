@@ -133,6 +133,16 @@ describe('docker-compose.yml', () => {
     expect(unread).toEqual([]);
   });
 
+  it('documents the same addresses in README.md as in its own header', () => {
+    const assignments = (text: string) =>
+      [...text.matchAll(/\b([A-Z][A-Z_]+)=('[^']*'|\S+?)(?=\s*\\?$)/gm)].map((m) => `${m[1]}=${m[2]}`);
+    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    const block = /docker compose up -d --wait\n([\s\S]*?)npm test/.exec(readme)?.[1] ?? '';
+    const header = composeText.split('\nservices:')[0]!;
+    expect(assignments(block).length).toBeGreaterThanOrEqual(6);
+    expect(assignments(block)).toEqual(assignments(header));
+  });
+
   it('has a Service Bus Config.json the emulator accepts, with the entities it declares', async () => {
     const config = JSON.parse(readFileSync(join(root, 'docker', 'servicebus', 'Config.json'), 'utf8'));
     // The in-process emulator reads the official emulator's Config.json format.
