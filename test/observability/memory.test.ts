@@ -263,14 +263,15 @@ describe('OpenTelemetry on the memory broker with PGlite', () => {
     }
   });
 
-  it('falls back to the globally registered providers when the config names none', async () => {
-    trace.setGlobalTracerProvider(sdk.tracerProvider);
-    metrics.setGlobalMeterProvider(sdk.meterProvider);
+  it('falls back to the globally registered providers, even when the SDK starts after the consumer', async () => {
     try {
       const { name, queue, broker, spy } = await startConsumer({
         telemetry: undefined,
         handler: async (message, ctx) => insertEffect(message.id, ctx.tx),
       });
+      // What NodeSDK.start() does, after the consumer was created and started.
+      trace.setGlobalTracerProvider(sdk.tracerProvider);
+      metrics.setGlobalMeterProvider(sdk.meterProvider);
       await broker.send(queue, { id: 'g1', body: {} });
       await spy.waitFor('processed');
       await waitForSpans(name, 1);

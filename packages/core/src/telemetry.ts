@@ -150,8 +150,8 @@ const COUNTERS: Partial<Record<ConsumerEventName, [name: string, description: st
  * histogram fed by the consumer's events. A no-op without an SDK.
  */
 export class Telemetry {
-  private readonly counters = new Map<ConsumerEventName, Counter>();
-  private readonly duration: Histogram;
+  /** Created at the first event, so an SDK started after the consumer was built still counts. */
+  private instruments: { counters: Map<ConsumerEventName, Counter>; duration: Histogram } | undefined;
   private readonly spans = new WeakMap<Delivery, DeliverySpan>();
   private readonly tracerProvider: TracerProvider;
   private readonly baseAttributes: Attributes;
@@ -161,18 +161,8 @@ export class Telemetry {
     private readonly brokerType: string,
     private readonly config: TelemetryConfig = {},
   ) {
+    // The global tracer provider is a proxy that follows a later registration.
     this.tracerProvider = config.tracerProvider ?? trace.getTracerProvider();
-    const meter = (config.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_SCOPE);
-    for (const [event, [name, description]] of Object.entries(COUNTERS) as [
-      ConsumerEventName,
-      [string, string],
-    ][]) {
-      this.counters.set(event, meter.createCounter(name, { description, unit: '{message}' }));
-    }
-    this.duration = meter.createHistogram('oncely.handler.duration', {
-      description: 'Handler run including its commit (processed and failed runs)',
-      unit: 's',
-    });
     this.baseAttributes = {
       'messaging.system': MESSAGING_SYSTEM[brokerType] ?? brokerType,
       'messaging.consumer.group.name': consumer,
@@ -181,13 +171,32 @@ export class Telemetry {
 
   /** Counts one consumer event. */
   record(name: ConsumerEventName, event: ConsumerEvent): void {
+    // The global meter provider is not a proxy: look it up once there is something to count.
+    this.instruments ??= this.createInstruments();
+    const { counters, duration } = this.instruments;
     const attributes: Attributes = { ...this.baseAttributes };
     if (event.reason) attributes['oncely.dead_letter.reason'] = event.reason;
     if (name === 'failed' || name === 'ackFailed') attributes['error.type'] = errorType(event.error);
-    this.counters.get(name)?.add(1, attributes);
+    counters.get(name)?.add(1, attributes);
     if (event.durationMs !== undefined && (name === 'processed' || name === 'failed')) {
-      this.duration.record(event.durationMs / 1000, { ...this.baseAttributes, 'oncely.outcome': name });
+      duration.record(event.durationMs / 1000, { ...this.baseAttributes, 'oncely.outcome': name });
     }
+  }
+
+  private createInstruments() {
+    const meter = (this.config.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_SCOPE);
+    const counters = new Map<ConsumerEventName, Counter>();
+    for (const [event, [name, description]] of Object.entries(COUNTERS) as [
+      ConsumerEventName,
+      [string, string],
+    ][]) {
+      counters.set(event, meter.createCounter(name, { description, unit: '{message}' }));
+    }
+    const duration = meter.createHistogram('oncely.handler.duration', {
+      description: 'Handler run including its commit (processed and failed runs)',
+      unit: 's',
+    });
+    return { counters, duration };
   }
 
   /**
