@@ -11,7 +11,12 @@ import {
 import { MemoryBroker } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
 import { requireService } from '@oncely/testkit';
-import { metrics } from '@opentelemetry/api';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
@@ -372,12 +377,13 @@ describe('payload fingerprint options', () => {
     ).rejects.toThrow(/keeps no payload fingerprints/);
   });
 
-  it('counts mismatches on the oncely.messages counter (event payloadMismatch)', async () => {
-    const added: Array<Record<string, string> | undefined> = [];
-    const counter = { add: (_: number, attributes?: Record<string, string>) => added.push(attributes) };
-    const meter = { createCounter: () => counter, createHistogram: () => ({ record: () => {} }) };
-    metrics.setGlobalMeterProvider({ getMeter: () => meter } as never);
-    cleanups.push(() => metrics.disable());
+  it('counts mismatches on the oncely.messages.payload_mismatches counter', async () => {
+    const reader = new PeriodicExportingMetricReader({
+      exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE),
+      exportIntervalMillis: 3_600_000,
+    });
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    cleanups.push(() => meterProvider.shutdown());
     const broker = new MemoryBroker();
     cleanups.push(() => broker.close());
     const store = PostgresStore.embedded();
@@ -390,6 +396,7 @@ describe('payload fingerprint options', () => {
       bodyFormat: 'text',
       logger: silentLogger,
       payloadFingerprint: true,
+      telemetry: { meterProvider },
       handler: async () => {},
     });
     cleanups.push(() => consumer.stop());
@@ -398,8 +405,11 @@ describe('payload fingerprint options', () => {
     expect(await broker.waitForIdle('metrics', { timeoutMs: 15_000 })).toBe(true);
     await broker.send('metrics', { id: 'x-1', body: 'two' });
     expect(await broker.waitForIdle('metrics', { timeoutMs: 15_000 })).toBe(true);
-    expect(added.filter((a) => a?.event === 'payloadMismatch')).toEqual([
-      { consumer: 'fp-metrics', event: 'payloadMismatch' },
-    ]);
+    const { resourceMetrics } = await reader.collect();
+    const mismatches = resourceMetrics.scopeMetrics
+      .flatMap((scope) => scope.metrics)
+      .filter((metric) => metric.descriptor.name === 'oncely.messages.payload_mismatches')
+      .flatMap((metric) => metric.dataPoints.map((point) => point.value));
+    expect(mismatches).toEqual([1]);
   });
 });

@@ -14,9 +14,9 @@ import {
 import { fingerprintDelivery } from './fingerprint.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
-import { stderrLogger } from './logger.js';
-import { Metrics } from './metrics.js';
+import { stderrLogger, toLogger } from './logger.js';
 import { fingerprintStore, processBatchOnce, retryTransient } from './processOnce.js';
+import { Telemetry } from './telemetry.js';
 import type {
   AdapterRuntime,
   BrokerAdapter,
@@ -38,7 +38,7 @@ type State = 'created' | 'running' | 'stopping' | 'stopped';
 
 /** Resolved config: every optional field filled in. */
 type Settings<TBody, Tx> = Required<
-  Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff' | 'batch' | 'payloadFingerprint'>
+  Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff' | 'batch' | 'payloadFingerprint' | 'telemetry'>
 > &
   Pick<ConsumerConfig<TBody, Tx>, 'backoff' | 'batch' | 'payloadFingerprint'> & {
     idStrategy: NonNullable<ConsumerConfig['idStrategy']>;
@@ -106,7 +106,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private readonly store: IdempotencyStore<Tx>;
   private readonly log: Logger;
   private readonly emitter = new EventEmitter();
-  private readonly metrics = new Metrics();
+  private readonly telemetry: Telemetry;
   private state: State = 'created';
   private stopPromise: Promise<void> | undefined;
   private readonly stopping = new AbortController();
@@ -152,7 +152,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         (error) => this.log.error('unexpected batch pipeline error', { error }),
       );
     }
-    this.log = this.settings.logger;
+    this.log = toLogger(this.settings.logger);
+    this.telemetry = new Telemetry(config.name, adapter.type, config.telemetry);
     // Unhandled 'error' events would crash the process; we never emit 'error'.
     this.emitter.setMaxListeners(0);
   }
@@ -185,7 +186,6 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   async start(): Promise<void> {
     if (this.state !== 'created') throw new ConsumerStateError(`start() called on a ${this.state} consumer`);
     this.state = 'running';
-    await this.metrics.init();
     try {
       // Fail fast on a store that cannot work (unreachable, schema not migrated) rather
       // than start fetching messages that could only be held and released.
@@ -298,7 +298,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     }
     this.inFlight++;
     try {
-      await this.handleDelivery(delivery);
+      await this.telemetry.aroundDelivery(delivery, () => this.handleDelivery(delivery));
     } catch (error) {
       // handleDelivery settles everything itself; reaching here is a bug, never a lost message
       // (the unsettled delivery returns when its lease lapses).
@@ -315,6 +315,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
 
   private async handleDelivery(delivery: Delivery): Promise<void> {
     const messageId = resolveMessageId(this.settings.idStrategy, delivery.envelope);
+    this.telemetry.identified(delivery, messageId);
     const base: ConsumerEvent = { consumer: this.settings.name, messageId };
     const key: MessageKey | undefined = messageId ? { consumer: this.settings.name, messageId } : undefined;
     const leased = this.settings.mode === 'leased';
@@ -451,10 +452,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       batch.map((entry) => ({
         messageId: entry.key.messageId,
         fingerprint: entry.fingerprint,
-        work: async (tx: Tx) => {
-          if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
-          await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
-        },
+        work: (tx: Tx) =>
+          // The batch runs in whichever delivery's context filled it: each handler gets its own span.
+          this.telemetry.within(entry.delivery, async () => {
+            if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
+            await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
+          }),
       })),
     );
     return results.map((result): Outcome => {
@@ -736,6 +739,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   }
 
   private async conclude(outcome: Outcome, delivery: Delivery, event: ConsumerEvent): Promise<void> {
+    this.telemetry.outcome(
+      delivery,
+      outcome.kind,
+      event,
+      outcome.kind === 'failed' ? outcome.error : undefined,
+    );
     switch (outcome.kind) {
       case 'processed':
         this.emit('processed', event);
@@ -825,7 +834,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         'dead-letter',
         delivery,
         () => delivery.deadLetter(reason, detail, { attempt: event.attempt }),
-        event,
+        { ...event, reason },
       )
     ) {
       this.emit('deadLettered', { ...event, reason });
@@ -847,8 +856,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     this.settledDeliveries.add(delivery);
     try {
       await action();
+      this.telemetry.settled(delivery, what, event);
       return true;
     } catch (error) {
+      this.telemetry.settled(delivery, what, event, error);
       this.log.warn(`${what} failed`, { ...event, error });
       this.emit('ackFailed', { ...event, error });
       return false;
@@ -943,7 +954,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   }
 
   private emit(name: ConsumerEventName, event: ConsumerEvent): void {
-    this.metrics.record(name, event);
+    this.telemetry.record(name, event);
     try {
       this.emitter.emit(name, event);
     } catch (error) {

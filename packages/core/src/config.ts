@@ -53,6 +53,7 @@ const KNOWN_FIELDS = new Set([
   'payloadFingerprint',
   'onPayloadMismatch',
   'logger',
+  'telemetry',
 ]);
 
 /**
@@ -99,6 +100,30 @@ export function validateConsumerConfig(config: ConsumerConfig<any, any>): void {
       if (typeof (logger as any)?.[level] !== 'function')
         throw new ConfigError(`logger.${level}`, 'must be a function');
     }
+  }
+  checkTelemetry(config.telemetry);
+}
+
+/** `telemetry`: each provider, when given, has the one method Oncely calls on it. */
+function checkTelemetry(telemetry: unknown): void {
+  if (telemetry === undefined) return;
+  if (typeof telemetry !== 'object' || telemetry === null)
+    throw new ConfigError('telemetry', 'must be an object { tracerProvider?, meterProvider?, propagator? }');
+  const methods = { tracerProvider: 'getTracer', meterProvider: 'getMeter', propagator: 'extract' } as const;
+  for (const field of Object.keys(telemetry)) {
+    if (!(field in methods))
+      throw new ConfigError(
+        `telemetry.${field}`,
+        'is not a telemetry option (known: tracerProvider, meterProvider, propagator)',
+      );
+  }
+  for (const [field, method] of Object.entries(methods)) {
+    const value = (telemetry as Record<string, any>)[field];
+    if (value !== undefined && typeof value?.[method] !== 'function')
+      throw new ConfigError(
+        `telemetry.${field}`,
+        `must be an OpenTelemetry ${field} (no ${method}() method)`,
+      );
   }
 }
 
@@ -421,7 +446,7 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
     if (typeof config !== 'object' || config === null || Array.isArray(config)) {
       throw new ConfigError('ONCELY_CONFIG_FILE', `must hold a JSON object (${file})`);
     }
-    for (const field of ['store', 'handler', 'logger']) {
+    for (const field of ['store', 'handler', 'logger', 'telemetry']) {
       if (field in config) throw new ConfigError(field, `cannot come from a file (${file}); pass it in code`);
     }
   }

@@ -32,9 +32,11 @@ export { payloadFingerprint } from './fingerprint.js';
 export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 export type { LeaseKeeperOptions } from './LeaseKeeper.js';
 export { LeaseKeeper } from './LeaseKeeper.js';
-export { silentLogger, stderrLogger } from './logger.js';
+export { silentLogger, stderrLogger, toLogger } from './logger.js';
 export type { BatchItem, BatchItemResult, ProcessOnceOptions, ProcessOnceResult } from './processOnce.js';
 export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
+export type { TelemetryConfig } from './telemetry.js';
+export { extractTraceContext, INSTRUMENTATION_SCOPE, traceHeaders } from './telemetry.js';
 export type {
   AdapterLease,
   AdapterModule,

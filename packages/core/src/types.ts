@@ -8,6 +8,8 @@
  *   place that decides when to ack, retry or dead-letter.
  */
 
+import type { TelemetryConfig } from './telemetry.js';
+
 // ---------------------------------------------------------------------------------------
 // SQL and the store
 // ---------------------------------------------------------------------------------------
@@ -171,7 +173,17 @@ export interface Message<TBody = unknown> {
   raw: unknown;
 }
 
-/** Structured logger; defaults write warnings and errors to stderr. */
+/**
+ * Structured logger; defaults write warnings and errors to stderr. Oncely calls
+ * `warn(message, fields)`; a pino logger is taken as it is (its fields-first order is
+ * recognised, see `toLogger`).
+ *
+ * @example
+ * ```ts
+ * import pino from 'pino';
+ * const logger: Logger = pino({ level: 'info' });
+ * ```
+ */
 export interface Logger {
   debug(message: string, fields?: Record<string, unknown>): void;
   info(message: string, fields?: Record<string, unknown>): void;
@@ -578,6 +590,12 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
    */
   onPayloadMismatch?: 'skip' | 'dead-letter';
   logger?: Logger;
+  /**
+   * OpenTelemetry: a `process` span per delivery (a child of the producer's `traceparent`)
+   * and the `oncely.*` counters. @default the providers registered with `@opentelemetry/api`
+   * (no-ops without an SDK)
+   */
+  telemetry?: TelemetryConfig;
 }
 
 // ---------------------------------------------------------------------------------------

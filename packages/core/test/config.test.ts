@@ -179,6 +179,9 @@ describe('createConsumer', () => {
     mkdirSync(core, { recursive: true });
     cpSync(join(import.meta.dirname, '..', 'dist'), join(core, 'dist'), { recursive: true });
     cpSync(join(import.meta.dirname, '..', 'package.json'), join(core, 'package.json'));
+    // Its one dependency, as npm would install it beside it.
+    const api = join('node_modules', '@opentelemetry', 'api');
+    cpSync(join(import.meta.dirname, '..', '..', '..', api), join(app, api), { recursive: true });
     writeFileSync(join(app, 'package.json'), '{ "type": "module" }');
     const script = `
       import { createConsumer, isOncelyError } from '@oncely/core';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { IdempotencyStore, Logger, SqlClient } from '@oncely/core';
-import { ConfigError, stderrLogger } from '@oncely/core';
+import { ConfigError, stderrLogger, toLogger } from '@oncely/core';
 import { HttpIdempotencyError } from './errors.js';
 import { requestFingerprint } from './fingerprint.js';
 import type { HttpQueries } from './schema.js';
@@ -250,7 +250,7 @@ export class HttpIdempotency {
     this.leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000);
     this.handlerTimeoutMs = positiveInteger('handlerTimeoutMs', options.handlerTimeoutMs ?? 30_000);
     this.maxBodyBytes = positiveInteger('maxBodyBytes', options.maxBodyBytes ?? 1_048_576);
-    this.log = options.logger ?? stderrLogger;
+    this.log = toLogger(options.logger ?? stderrLogger);
   }
 
   /**

@@ -1,3 +1,4 @@
+import { traceHeaders } from '@oncely/core';
 import type { IHeaders, Producer, RecordMetadata } from 'kafkajs';
 import { KafkaSendError } from './errors.js';
 
@@ -49,6 +50,9 @@ export interface KafkaSendOptions {
  * Use a producer created with `idempotent: true` where you can: it keeps kafkajs' own
  * retries from writing a record twice.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
@@ -73,7 +77,8 @@ export async function send(
   const records = list.map((message) => ({
     key: message.key === undefined ? message.id : message.key,
     value: encode(message.value),
-    headers: { ...(message.headers ?? {}), [MESSAGE_ID_HEADER]: message.id },
+    // The sender's trace context (W3C traceparent), unless the caller's headers set one.
+    headers: { ...traceHeaders(), ...(message.headers ?? {}), [MESSAGE_ID_HEADER]: message.id },
     ...(message.partition === undefined ? {} : { partition: message.partition }),
   }));
   const retries = options.retries ?? 2;

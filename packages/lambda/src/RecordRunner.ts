@@ -17,6 +17,7 @@ import {
   processOnce,
   resolveMessageId,
   stderrLogger,
+  toLogger,
 } from '@oncely/core';
 
 /**
@@ -111,7 +112,7 @@ export class RecordRunner<TBody> {
     this.idStrategy = options.idStrategy ?? { attribute: 'message-id' };
     this.bodyFormat = options.bodyFormat ?? 'json';
     this.marginMs = options.deadlineMarginMs ?? 1000;
-    this.log = options.logger ?? stderrLogger;
+    this.log = toLogger(options.logger ?? stderrLogger);
   }
 
   /** An abort signal for the invocation's deadline; `dispose` clears its timer. */

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ConfigError } from '@oncely/core';
+import { ConfigError, traceHeaders } from '@oncely/core';
 import { BrokerClosedError, InjectedFaultError, StaleReceiptError } from './errors.js';
 import { TimeHeap } from './TimeHeap.js';
 import type {
@@ -196,7 +196,8 @@ export class MemoryBroker {
 
   /**
    * Sends a message. `id` is the producer's message ID: it is also stored in attribute
-   * `message-id`. The broker assigns its own ID to every stored copy.
+   * `message-id`. The broker assigns its own ID to every stored copy. The active
+   * OpenTelemetry context goes along as a `traceparent` attribute, unless you set one.
    *
    * @example
    * ```ts
@@ -892,7 +893,9 @@ function checkSendInput(input: SendInput): Record<string, string> {
   if (typeof input !== 'object' || input === null || !('body' in input)) {
     throw new ConfigError('send', 'takes { id?, body, attributes?, groupId?, delayMs? }');
   }
-  const attributes: Record<string, string> = {};
+  // The sender's trace context (W3C traceparent), so the consumer's span joins its trace;
+  // attributes the caller gives win.
+  const attributes: Record<string, string> = traceHeaders();
   for (const [key, value] of Object.entries(input.attributes ?? {})) {
     if (typeof value !== 'string') throw new ConfigError(`send.attributes.${key}`, 'must be a string');
     attributes[key] = value;

@@ -9,7 +9,7 @@ import type {
   SqlClient,
   StoreErrorKind,
 } from '@oncely/core';
-import { ConfigError, stderrLogger } from '@oncely/core';
+import { ConfigError, stderrLogger, toLogger } from '@oncely/core';
 import type { ApplyIfNewerOptions } from './applyIfNewer.js';
 import { applyIfNewer } from './applyIfNewer.js';
 import { classifyStoreError, markFromStoreConnection } from './classifyError.js';
@@ -861,7 +861,7 @@ function createDriver(options: PostgresStoreOptions): StoreDriver {
       `needs exactly one of connectionString, pool, transaction, pglite or embedded; got ${kinds.length ? kinds.join(', ') : 'none'}`,
     );
   }
-  const log = options.logger ?? stderrLogger;
+  const log = toLogger(options.logger ?? stderrLogger);
   if ('connectionString' in options) {
     if (typeof options.connectionString !== 'string' || options.connectionString === '') {
       throw new ConfigError('connectionString', 'must be a non-empty string');

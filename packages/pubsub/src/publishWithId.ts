@@ -1,4 +1,5 @@
 import type { Topic } from '@google-cloud/pubsub';
+import { traceHeaders } from '@oncely/core';
 
 /**
  * A message for {@link publishWithId}.
@@ -45,6 +46,9 @@ export interface PublishWithIdOptions {
  * With an ordering key, a failed publish pauses the key in the client; it is resumed
  * before the retry (`topic.resumePublishing(key)`), as the ordering samples do.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const topic = pubsub.topic('orders', { messageOrdering: true });
@@ -61,7 +65,12 @@ export async function publishWithId(
   const data = Buffer.isBuffer(message.body)
     ? message.body
     : Buffer.from(typeof message.body === 'string' ? message.body : JSON.stringify(message.body));
-  const attributes = { ...message.attributes, [options.idAttribute ?? 'message-id']: message.id };
+  // The sender's trace context (W3C traceparent), unless the caller's attributes set one.
+  const attributes = {
+    ...traceHeaders(),
+    ...message.attributes,
+    [options.idAttribute ?? 'message-id']: message.id,
+  };
   for (let attempt = 1; ; attempt++) {
     try {
       return await topic.publishMessage({

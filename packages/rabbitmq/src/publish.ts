@@ -1,3 +1,4 @@
+import { traceHeaders } from '@oncely/core';
 import type { ConfirmChannel, Options } from 'amqplib';
 import { ConfirmedPublisher } from './ConfirmedPublisher.js';
 import { AMQP_NO_ROUTE, RabbitMqOperationError } from './errors.js';
@@ -53,6 +54,9 @@ export interface PublishOptions {
  *
  * Bodies: a Buffer is sent as is, a string as UTF-8, anything else as JSON.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const connection = await amqp.connect(process.env.RABBITMQ_URL);
@@ -86,7 +90,8 @@ export async function publish(
     ...options.properties,
     messageId,
     persistent: options.persistent ?? true,
-    headers: options.headers ?? {},
+    // The sender's trace context (W3C traceparent), unless the caller's headers set one.
+    headers: { ...traceHeaders(), ...(options.headers ?? {}) },
     ...(contentType !== undefined ? { contentType } : {}),
   };
   const [exchange, routingKey] =

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ServiceBusMessage, ServiceBusSender } from '@azure/service-bus';
+import { traceHeaders } from '@oncely/core';
 
 /**
  * Options of {@link sendWithId}.
@@ -25,6 +26,9 @@ export interface SendWithIdOptions {
  * A send whose outcome is unknown (a timeout) may have reached the entity: retrying with
  * the same ID is what makes that safe.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
+ * docs/observability.md), so the consumer's span joins the sender's trace.
+ *
  * @example
  * ```ts
  * const sender = client.createSender('payments');
@@ -36,9 +40,12 @@ export async function sendWithId(
   messages: ServiceBusMessage | ServiceBusMessage[],
   options: SendWithIdOptions = {},
 ): Promise<string[]> {
+  const trace = traceHeaders();
   const list = (Array.isArray(messages) ? messages : [messages]).map((message) => ({
     ...message,
     messageId: message.messageId ?? randomUUID(),
+    // The sender's trace context (W3C traceparent), unless the caller's properties set one.
+    applicationProperties: { ...trace, ...(message.applicationProperties ?? {}) },
   }));
   const attempts = Math.max(1, options.attempts ?? 3);
   let delay = options.retryDelayMs ?? 200;

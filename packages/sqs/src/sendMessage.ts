@@ -4,7 +4,7 @@ import {
   type SendMessageCommandInput,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
-import { ConfigError } from '@oncely/core';
+import { ConfigError, traceHeaders } from '@oncely/core';
 import { SqsOperationError, sqsErrorCode } from './errors.js';
 
 /** The message attribute the consumer's default ID strategy reads. */
@@ -113,6 +113,9 @@ export interface SentSqsMessage {
  * duplicate the consumer skips, never a second business message. Permanent errors (a bad
  * request, a missing queue, no permission) are thrown at once as `SqsOperationError`.
  *
+ * The active OpenTelemetry context goes along as `traceparent`/`tracestate` attributes
+ * where SQS's limit of 10 leaves room after yours (see docs/observability.md).
+ *
  * @example
  * ```ts
  * import { sendMessage } from '@oncely/sqs';
@@ -181,6 +184,13 @@ export function toSendInput(message: OutgoingSqsMessage): SendMessageCommandInpu
       'attributes',
       `SQS allows ${MAX_MESSAGE_ATTRIBUTES} message attributes, message-id included`,
     );
+  }
+  // The sender's trace context (W3C traceparent, then tracestate), where SQS's limit of 10
+  // attributes leaves room: the caller's own attributes come first.
+  for (const [name, value] of Object.entries(traceHeaders())) {
+    if (name in messageAttributes || Object.keys(messageAttributes).length >= MAX_MESSAGE_ATTRIBUTES)
+      continue;
+    messageAttributes[name] = { DataType: 'String', StringValue: value };
   }
   return {
     QueueUrl: queueUrl,
