@@ -38,6 +38,12 @@ describe('inlineLiterals', () => {
     expect(inlineLiterals('VALUES ($1, $2)', ['$2', 'x'])).toBe("VALUES ('$2', 'x')");
   });
 
+  it('fills every occurrence of a placeholder, and $10 is not $1 followed by 0', () => {
+    expect(inlineLiterals('$1 = $1 AND $2', ['a', 'b'])).toBe("'a' = 'a' AND 'b'");
+    const ten = Array.from({ length: 10 }, (_, i) => `p${i + 1}`);
+    expect(inlineLiterals('$10, $1', ten)).toBe("'p10', 'p1'");
+  });
+
   it('writes string arrays as text[] and refuses what it cannot write', () => {
     expect(inlineLiterals('unnest($1::text[])', [['a', "b'"]])).toBe(
       "unnest((ARRAY['a', 'b''']::text[])::text[])",

@@ -371,41 +371,53 @@ interface ClientWatch {
   kill(reason: Error): void;
 }
 
+/** What the store has seen of one pooled connection, for its whole life. */
+interface ConnectionState {
+  /** The first error or end event seen on the connection, if any. */
+  lost: unknown;
+}
+
+/** Per pooled client: its listeners are attached once, not per transaction. */
+const connections = new WeakMap<PgPoolClientLike, ConnectionState>();
+
 /**
  * Watches a checked-out client. While checked out, a client's socket error is emitted on
  * the client (the pool only listens to idle ones): without our listener it would crash
  * the process; with it, we learn — without reading any message text — that the
- * connection is gone.
+ * connection is gone. The listeners stay on the client for its life (attaching and
+ * removing them around every transaction cost more than the rest of the watch): a
+ * connection seen lost is destroyed, never pooled again, so its state is never stale.
  */
 function watchClient(client: PgPoolClientLike): ClientWatch {
-  const state: { lost: unknown } = { lost: undefined };
-  const onError = (error: unknown): void => {
-    state.lost ??= error ?? new Error('connection error');
-  };
-  const onEnd = (): void => {
-    state.lost ??= new Error('connection ended');
-  };
-  client.on('error', onError);
-  client.on('end', onEnd);
+  let state = connections.get(client);
+  if (state === undefined) {
+    const created: ConnectionState = { lost: undefined };
+    client.on('error', (error: unknown) => {
+      created.lost ??= error ?? new Error('connection error');
+    });
+    client.on('end', () => {
+      created.lost ??= new Error('connection ended');
+    });
+    connections.set(client, created);
+    state = created;
+  }
+  const seen = state;
   let released = false;
   return {
     get lost() {
-      return state.lost;
+      return seen.lost;
     },
     kill(reason: Error) {
-      state.lost ??= reason;
+      seen.lost ??= reason;
       this.release(true);
     },
     release(suspect: boolean) {
       if (released) return;
       released = true;
-      if (state.lost !== undefined || suspect) {
-        // Listeners stay on: a destroyed client may still emit while its socket closes.
-        client.release(state.lost instanceof Error ? state.lost : true);
+      if (seen.lost !== undefined || suspect) {
+        client.release(seen.lost instanceof Error ? seen.lost : true);
         return;
       }
-      client.removeListener('error', onError);
-      client.removeListener('end', onEnd);
       client.release();
     },
   };

@@ -22,14 +22,42 @@ export function inlineLiterals(text: string, params: readonly unknown[]): string
     if (literal === undefined) return undefined;
     literals.push(literal);
   }
-  let unknownParameter = false;
-  // One pass over the statement's own text: a literal that contains "$2" is never re-read.
-  const sql = text.replace(/\$(\d+)/g, (_match, digits: string) => {
-    const literal = literals[Number(digits) - 1];
-    if (literal === undefined) unknownParameter = true;
-    return literal ?? '';
-  });
-  return unknownParameter ? undefined : sql;
+  // The statement's own text, split once at its placeholders: a literal that contains
+  // "$2" is never re-read.
+  const { pieces, slots } = template(text);
+  let sql = pieces[0]!;
+  for (let i = 0; i < slots.length; i++) {
+    const literal = literals[slots[i]!];
+    if (literal === undefined) return undefined;
+    sql += literal + pieces[i + 1]!;
+  }
+  return sql;
+}
+
+/** A statement split at its `$n` placeholders: `pieces[i]`, parameter `slots[i]`, `pieces[i + 1]`… */
+interface Template {
+  readonly pieces: readonly string[];
+  readonly slots: readonly number[];
+}
+
+/** The store's statements are few and fixed: each is split once. */
+const templates = new Map<string, Template>();
+const TEMPLATE_CACHE_LIMIT = 64;
+
+function template(text: string): Template {
+  let cached = templates.get(text);
+  if (cached === undefined) {
+    const parts = text.split(/\$(\d+)/);
+    const pieces: string[] = [];
+    const slots: number[] = [];
+    for (let i = 0; i < parts.length; i++) {
+      if (i % 2 === 0) pieces.push(parts[i]!);
+      else slots.push(Number(parts[i]) - 1);
+    }
+    cached = { pieces, slots };
+    if (templates.size < TEMPLATE_CACHE_LIMIT) templates.set(text, cached);
+  }
+  return cached;
 }
 
 function toLiteral(value: unknown): string | undefined {
