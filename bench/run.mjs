@@ -565,14 +565,19 @@ function summaryRows(results, out) {
   if (k && !failed('3 kafka', k, out)) {
     const by = Object.fromEntries(k.results.map((r) => [r.label, r.perSecond]));
     for (const label of k.results.map((r) => r.label).filter((l) => l.startsWith('oncely'))) {
-      for (const base of ['raw', 'raw+tx']) {
+      for (const base of ['raw', 'raw+tx', 'raw+marker'].filter((b) => by[b] !== undefined)) {
+        const baseName = {
+          raw: 'raw kafkajs eachBatch (no database)',
+          'raw+tx': 'raw kafkajs + bare transaction',
+          'raw+marker': 'raw kafkajs + marker transaction by hand',
+        }[base];
         out.push(
           row([
             `3 Kafka ${k.version ?? ''}, ${k.partitions} partitions, c=${k.concurrency}`,
             label,
-            base === 'raw' ? 'raw kafkajs eachBatch (no database)' : 'raw kafkajs + bare transaction',
+            baseName,
             by[base] / by[label] >= 1 ? slower(by[base] / by[label]) : faster(by[label] / by[base]),
-            '—',
+            base === 'raw+marker' ? markerTarget('oncely', by[base] / by[label]) : '—',
             rate(by[label]),
             rate(by[base]),
             'n/a¹',
@@ -581,6 +586,21 @@ function summaryRows(results, out) {
         );
       }
     }
+  }
+  if (k && !k.error && !k.skipped && k.attemptsRows !== undefined) {
+    out.push(
+      row([
+        `3 Kafka ${k.version ?? ''}`,
+        'attempts rows after the run (happy path)',
+        '—',
+        String(k.attemptsRows),
+        `0: **${k.attemptsRows === 0 ? 'met' : 'missed'}**`,
+        '',
+        '',
+        '',
+        '',
+      ]),
+    );
   }
   const pt = results.powertools;
   if (pt && !failed('4 powertools', pt, out)) {
