@@ -84,7 +84,20 @@ export async function interleaved(rounds, variants, onRound) {
   const results = Object.fromEntries(names.map((name) => [name, []]));
   for (let round = 0; round < rounds; round++) {
     const order = names.map((_, i) => names[(i + round) % names.length]);
-    for (const name of order) results[name].push(await variants[name](round));
+    for (const name of order) {
+      const cpuBefore = process.cpuUsage();
+      const result = await variants[name](round);
+      // Variants that do not time their own CPU (the broker loops) get this process's CPU
+      // per message over the whole variant run, set-up included, and the RSS after it.
+      if (result && !result.external && result.ops > 0) {
+        if (result.cpuUsPerOp === undefined) {
+          const cpu = process.cpuUsage(cpuBefore);
+          result.cpuUsPerOp = (cpu.user + cpu.system) / result.ops;
+        }
+        result.rssMb ??= process.memoryUsage.rss() / 2 ** 20;
+      }
+      results[name].push(result);
+    }
     onRound?.(round, results);
   }
   return results;
