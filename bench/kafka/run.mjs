@@ -83,6 +83,9 @@ const pool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY + 2 
 const schema = `oncely_kafka_bench_${tag}`;
 await pool.query(`CREATE SCHEMA "${schema}"`);
 await pool.query(`CREATE TABLE "${schema}".effects (message_id text NOT NULL, n integer)`);
+await pool.query(
+  `CREATE TABLE "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
+);
 
 /** A topic with N records spread over the partitions, each with a message-id header. */
 async function fillTopic(name) {
@@ -116,7 +119,8 @@ function timer() {
   };
 }
 
-async function rawLoop(name, withTransaction) {
+/** transaction: false, 'bare' (BEGIN, INSERT, COMMIT) or 'marker' (the marker transaction by hand). */
+async function rawLoop(name, transaction) {
   const topic = await fillTopic(name);
   const clock = timer();
   const consumer = kafka.consumer({ groupId: `bench-${name}-${tag}`, maxWaitTimeInMs: 200 });
@@ -128,14 +132,21 @@ async function rawLoop(name, withTransaction) {
     partitionsConsumedConcurrently: CONCURRENCY,
     eachBatch: async ({ batch, resolveOffset, heartbeat }) => {
       for (const message of batch.messages) {
-        if (withTransaction) {
+        if (transaction) {
+          const id = message.headers['message-id'].toString();
           const client = await pool.connect();
           try {
             await client.query('BEGIN');
-            await client.query(`INSERT INTO "${schema}".effects (message_id, n) VALUES ($1, $2)`, [
-              message.headers['message-id'].toString(),
-              40,
-            ]);
+            const claimed =
+              transaction === 'marker'
+                ? await client.query(
+                    `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+                    [name, id],
+                  )
+                : { rowCount: 1 };
+            if (claimed.rowCount === 1) {
+              await client.query(`INSERT INTO "${schema}".effects (message_id, n) VALUES ($1, $2)`, [id, 40]);
+            }
             await client.query('COMMIT');
           } finally {
             client.release();
@@ -184,10 +195,12 @@ async function oncely(name, mode) {
 }
 
 const results = [];
+let attemptsRows;
 try {
   for (const [label, run] of [
     ['raw', () => rawLoop('raw', false)],
-    ['raw+tx', () => rawLoop('rawtx', true)],
+    ['raw+tx', () => rawLoop('rawtx', 'bare')],
+    ['raw+marker', () => rawLoop('rawmarker', 'marker')],
     ['oncely', () => oncely('oncely', 'transactional')],
     ['oncely-offsets', () => oncely('offsets', 'offsets')],
   ]) {
@@ -195,6 +208,9 @@ try {
     results.push({ label, ms, perSecond: Math.round((N / ms) * 1000) });
     console.error(`${label}: ${N} records in ${ms.toFixed(0)} ms`);
   }
+  // The happy path writes no attempts row (issue 15 measures it).
+  const counted = await pool.query(`SELECT count(*)::int AS n FROM "${schema}_store".attempts`);
+  attemptsRows = counted.rows[0].n;
 } finally {
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}_store" CASCADE`).catch(() => {});
@@ -212,5 +228,12 @@ for (const r of results) {
   );
 }
 console.log(
-  JSON.stringify({ bench: 'kafka', messages: N, partitions: PARTITIONS, concurrency: CONCURRENCY, results }),
+  JSON.stringify({
+    bench: 'kafka',
+    messages: N,
+    partitions: PARTITIONS,
+    concurrency: CONCURRENCY,
+    results,
+    attemptsRows,
+  }),
 );

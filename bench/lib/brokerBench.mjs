@@ -138,7 +138,13 @@ export function brokerResult(broker, rounds, settings) {
     vsRaw[name] = medianRatio(rounds.raw, rounds[name]);
     vsRawTx[name] = medianRatio(rounds['raw+tx'], rounds[name]);
   }
-  return { scenario: 'broker', broker, settings, summary, vsRaw, vsRawTx };
+  const result = { scenario: 'broker', broker, settings, summary, vsRaw, vsRawTx };
+  if (rounds['raw+marker']) {
+    result.vsRawMarker = Object.fromEntries(
+      Object.keys(rounds).map((name) => [name, medianRatio(rounds['raw+marker'], rounds[name])]),
+    );
+  }
+  return result;
 }
 
 /**

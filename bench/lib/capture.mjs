@@ -60,6 +60,21 @@ function substitute(value, consumer, messageId) {
   return value;
 }
 
+/** A SQL string literal (the bench's IDs never hold a backslash). */
+function quote(value) {
+  return `'${String(value).replaceAll("'", "''")}'`;
+}
+
+/**
+ * Replaces the captured consumer and message ID where the store wrote them into the text
+ * as literals (the claim it sends in BEGIN's message).
+ */
+function substituteText(text, consumer, messageId) {
+  return text
+    .replaceAll(quote(CAPTURE_ID), quote(messageId))
+    .replaceAll(quote(CAPTURE_CONSUMER), quote(consumer));
+}
+
 /**
  * The captured statements as a function of one message: `(consumer, messageId, orderId)`
  * → the list of `{ text, values }` to send, the business INSERT getting `orderId`.
@@ -67,7 +82,7 @@ function substitute(value, consumer, messageId) {
 export function replayPlan(statements) {
   return (consumer, messageId, orderId) =>
     statements.map(({ text, values, business }) => ({
-      text,
+      text: business ? text : substituteText(text, consumer, messageId),
       values: business ? [orderId, 40] : values?.map((v) => substitute(v, consumer, messageId)),
     }));
 }
@@ -92,7 +107,12 @@ export function pgbenchScript(statements, consumer) {
     let sql = text.replace(/\s+/g, ' ').trim().replace(/;$/, '');
     if (business) {
       sql = sql.replace('$1', `'order-' || :id`).replace('$2', '40');
-    } else if (values) {
+    } else {
+      sql = sql
+        .replaceAll(quote(CAPTURE_ID), `'m-' || :id`)
+        .replaceAll(quote(CAPTURE_CONSUMER), `'${consumer}'`);
+    }
+    if (!business && values) {
       // Highest numbers first, so $1 does not eat the start of $10.
       for (let i = values.length; i >= 1; i--)
         sql = sql.replaceAll(`$${i}`, literal(values[i - 1], consumer));

@@ -62,7 +62,10 @@ export async function runWindow({ concurrency, seconds, op }) {
   // does not grow when other work on the machine delays us.
   const cpu = process.cpuUsage(cpuBefore);
   const cpuUsPerOp = (cpu.user + cpu.system) / ops;
-  return { ops, elapsedMs, perSecond: ops / (elapsedMs / 1000), latency, cpuUsPerOp };
+  // Resident set of the Node process at the end of the window (MB): the variant's
+  // connections, buffers and garbage not yet collected.
+  const rssMb = process.memoryUsage.rss() / 2 ** 20;
+  return { ops, elapsedMs, perSecond: ops / (elapsedMs / 1000), latency, cpuUsPerOp, rssMb };
 }
 
 let seqCounter = 0;
@@ -81,7 +84,20 @@ export async function interleaved(rounds, variants, onRound) {
   const results = Object.fromEntries(names.map((name) => [name, []]));
   for (let round = 0; round < rounds; round++) {
     const order = names.map((_, i) => names[(i + round) % names.length]);
-    for (const name of order) results[name].push(await variants[name](round));
+    for (const name of order) {
+      const cpuBefore = process.cpuUsage();
+      const result = await variants[name](round);
+      // Variants that do not time their own CPU (the broker loops) get this process's CPU
+      // per message over the whole variant run, set-up included, and the RSS after it.
+      if (result && !result.external && result.ops > 0) {
+        if (result.cpuUsPerOp === undefined) {
+          const cpu = process.cpuUsage(cpuBefore);
+          result.cpuUsPerOp = (cpu.user + cpu.system) / result.ops;
+        }
+        result.rssMb ??= process.memoryUsage.rss() / 2 ** 20;
+      }
+      results[name].push(result);
+    }
     onRound?.(round, results);
   }
   return results;
@@ -96,9 +112,11 @@ export function summarise(roundResults) {
   for (const result of roundResults) if (result.latency) pooled.merge(result.latency);
   const latency = pooled.summary();
   const cpu = roundResults.map((r) => r.cpuUsPerOp).filter((x) => x !== undefined);
+  const rss = roundResults.map((r) => r.rssMb).filter((x) => x !== undefined);
   return {
     perSecond: median(roundResults.map((r) => r.perSecond)),
     cpuUsPerOp: cpu.length ? median(cpu) : undefined,
+    rssMb: rss.length ? median(rss) : undefined,
     rounds: roundResults.map((r) => Math.round(r.perSecond)),
     p50: latency.p50,
     p99: latency.p99,
@@ -114,7 +132,19 @@ export function medianRatio(baselineRounds, candidateRounds) {
 
 /** Writes the scenario's result where bench/run.mjs asked for it (no-op when run alone). */
 export function emitResult(result) {
-  if (env.BENCH_RESULT_FILE) writeFileSync(env.BENCH_RESULT_FILE, `${JSON.stringify(result, null, 2)}\n`);
+  // The scenario process as a whole: peak resident set and CPU time (user + system).
+  const usage = process.resourceUsage();
+  const processStats = {
+    maxRssMb: usage.maxRSS / 1024,
+    cpuSeconds: (usage.userCPUTime + usage.systemCPUTime) / 1e6,
+    wallSeconds: process.uptime(),
+  };
+  if (env.BENCH_RESULT_FILE) {
+    writeFileSync(
+      env.BENCH_RESULT_FILE,
+      `${JSON.stringify({ ...result, process: processStats }, null, 2)}\n`,
+    );
+  }
 }
 
 /** Progress goes to stderr so stdout stays the scenario's table. */

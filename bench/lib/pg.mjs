@@ -92,3 +92,57 @@ export async function serverVersion() {
     await client.end();
   }
 }
+
+/** The table the hand-written marker loops write (the same key as the store's markers). */
+export async function createHandMarkers(schema) {
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  try {
+    await admin.query(
+      `CREATE TABLE IF NOT EXISTS "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
+    );
+  } finally {
+    await admin.end();
+  }
+}
+
+/**
+ * The marker transaction a careful user writes by hand around a raw consume loop: BEGIN,
+ * INSERT the marker ON CONFLICT DO NOTHING, the business INSERT when the marker is new,
+ * COMMIT, on a pooled client (4 round trips). Returns `(messageId, orderId) => Promise`.
+ */
+export function markerTransaction(pool, schema, consumer) {
+  const insert = businessInsert(schema);
+  const mark = `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
+  return async (messageId, orderId) => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      try {
+        const claimed = await client.query(mark, [consumer, messageId]);
+        if (claimed.rowCount === 1) await client.query(insert, [orderId, 40]);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      }
+    } finally {
+      client.release();
+    }
+  };
+}
+
+/**
+ * Rows in the store's attempts table: the happy path writes none (issue 15 measures it:
+ * an attempts row on the happy path would be a whole extra commit per message).
+ */
+export async function countAttempts(schema) {
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  try {
+    const { rows } = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".attempts`);
+    return rows[0].n;
+  } finally {
+    await admin.end();
+  }
+}

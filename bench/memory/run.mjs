@@ -7,6 +7,8 @@
 // Variants (each round drains a freshly filled queue of its own, in rotated order):
 //   raw           broker.receive (at most the free slots) + JSON round trip of the body + broker.ack
 //   raw+tx        the same plus one bare transaction with the business INSERT per message
+//   raw+marker    the same plus the marker transaction written by hand (BEGIN, INSERT marker
+//                 ON CONFLICT DO NOTHING, the business INSERT, COMMIT): issue 15's baseline
 //   oncely        createMemoryConsumer + PostgresStore; the handler does the same INSERT via ctx.tx
 //   oncely batch  the same consumer with `batch: { size }` (one transaction per batch).
 //                 The size defaults to half the concurrency: a batch only fills from
@@ -30,9 +32,12 @@ import {
   bareTransaction,
   benchPool,
   businessInsert,
+  countAttempts,
   createBenchSchema,
+  createHandMarkers,
   dropSchema,
   fillPool,
+  markerTransaction,
 } from '../lib/pg.mjs';
 
 const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
@@ -57,12 +62,14 @@ async function filledQueue(variant, count) {
   return queue;
 }
 
-async function rawLoop(withTransaction, total = N) {
-  const queue = await filledQueue(withTransaction ? 'raw-tx' : 'raw', total);
-  const pool = withTransaction ? benchPool(CONCURRENCY) : undefined;
+/** mode: 'plain' (no database), 'tx' (bare transaction), 'marker' (the marker transaction by hand). */
+async function rawLoop(mode, total = N) {
+  const queue = await filledQueue(`raw-${mode}`, total);
+  const pool = mode === 'plain' ? undefined : benchPool(CONCURRENCY);
   try {
     if (pool) await fillPool(pool, CONCURRENCY);
-    const bare = pool ? bareTransaction(pool, schema) : undefined;
+    const bare = mode === 'tx' ? bareTransaction(pool, schema) : undefined;
+    const marked = mode === 'marker' ? markerTransaction(pool, schema, `raw-${queue}`) : undefined;
     return await slotLoop({
       concurrency: CONCURRENCY,
       total,
@@ -71,6 +78,7 @@ async function rawLoop(withTransaction, total = N) {
         // The consumer decodes a body on every delivery; the raw loop pays the same.
         const body = JSON.parse(JSON.stringify(delivery.body));
         if (bare) await bare(body.orderId);
+        if (marked) await marked(delivery.messageId, body.orderId);
         await broker.ack(delivery.receipt);
       },
     });
@@ -111,15 +119,18 @@ async function main() {
     await setup.close();
     // One short unmeasured pass of each, so JIT and connection setup are not in round 1.
     progress('memory: warm-up...');
-    await rawLoop(true, WARMUP);
+    await createHandMarkers(schema);
+    await rawLoop('tx', WARMUP);
+    await rawLoop('marker', WARMUP);
     await oncely(false, WARMUP);
     await oncely(true, WARMUP);
     progress(`memory: ${ROUNDS} interleaved rounds of ${N} messages, concurrency ${CONCURRENCY}...`);
     const rounds = await interleaved(
       ROUNDS,
       {
-        raw: () => rawLoop(false),
-        'raw+tx': () => rawLoop(true),
+        raw: () => rawLoop('plain'),
+        'raw+tx': () => rawLoop('tx'),
+        'raw+marker': () => rawLoop('marker'),
         oncely: () => oncely(false),
         'oncely batch': () => oncely(true),
       },
@@ -136,6 +147,7 @@ async function main() {
       rounds: ROUNDS,
       batch: BATCH,
     });
+    result.attemptsRows = await countAttempts(schema);
   } finally {
     broker.close();
     await dropSchema(schema);

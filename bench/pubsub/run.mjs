@@ -36,7 +36,14 @@ import {
   runMain,
   uniqueTag,
 } from '../lib/common.mjs';
-import { benchPool, businessInsert, createBenchSchema, dropSchema, fillPool } from '../lib/pg.mjs';
+import {
+  benchPool,
+  businessInsert,
+  countAttempts,
+  createBenchSchema,
+  dropSchema,
+  fillPool,
+} from '../lib/pg.mjs';
 import { LatencyRecorder } from '../lib/stats.mjs';
 
 const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
@@ -205,6 +212,9 @@ async function main() {
       rounds: ROUNDS,
       batch: BATCH,
     });
+    result.attemptsRows = await countAttempts(schema);
+    // Here raw+tx is the marker transaction written by hand (handMarkerTransaction).
+    result.markerBaseline = 'raw+tx';
   } finally {
     for (const { topic, subscription } of created) {
       await subscription.delete().catch(() => {});

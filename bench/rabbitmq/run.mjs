@@ -77,6 +77,54 @@ async function rawLoop(connection, queue, count) {
   return elapsed;
 }
 
+/**
+ * Raw amqplib with the marker transaction written by hand (what a careful user writes):
+ * prefetch = CONCURRENCY, per message BEGIN, INSERT the marker ON CONFLICT DO NOTHING, the
+ * business INSERT when it is new, COMMIT on a pg.Pool, then the ack.
+ */
+async function rawMarkerLoop(connection, pool, queue, count) {
+  const channel = await connection.createChannel();
+  await channel.prefetch(CONCURRENCY, false);
+  const mark = `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
+  const insert = `INSERT INTO "${schema}".payments(order_id, amount) VALUES ($1, $2)`;
+  let done = 0;
+  const started = performance.now();
+  await new Promise((resolve, reject) => {
+    channel
+      .consume(
+        queue,
+        (msg) => {
+          const handle = async () => {
+            const body = JSON.parse(msg.content.toString('utf8'));
+            const client = await pool.connect();
+            try {
+              await client.query('BEGIN');
+              try {
+                const claimed = await client.query(mark, [queue, msg.properties.messageId]);
+                if (claimed.rowCount === 1 && WITH_EFFECT)
+                  await client.query(insert, [body.orderId, body.amount]);
+                await client.query('COMMIT');
+              } catch (error) {
+                await client.query('ROLLBACK').catch(() => {});
+                throw error;
+              }
+            } finally {
+              client.release();
+            }
+            channel.ack(msg);
+            if (++done === count) resolve();
+          };
+          handle().catch(reject);
+        },
+        { noAck: false },
+      )
+      .catch(reject);
+  });
+  const elapsed = performance.now() - started;
+  await channel.close();
+  return elapsed;
+}
+
 /** The Oncely consumer on the same kind of queue, with the real PostgreSQL store. */
 async function oncelyLoop(store, queue, count, name) {
   const consumer = createRabbitMqConsumer({
@@ -148,18 +196,26 @@ async function main() {
   await admin.connect();
   await admin.query(`CREATE SCHEMA "${schema}"`);
   await admin.query(`CREATE TABLE "${schema}".payments(order_id text NOT NULL, amount int NOT NULL)`);
+  await admin.query(
+    `CREATE TABLE "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
+  );
+  const handPool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY, keepAlive: true });
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY + 2 });
   await store.migrate();
 
   const queues = {
     rawWarm: `bench.raw.warm.${run}`,
     raw: `bench.raw.${run}`,
+    rawMarkerWarm: `bench.rawmarker.warm.${run}`,
+    rawMarker: `bench.rawmarker.${run}`,
     oncelyWarm: `bench.oncely.warm.${run}`,
     oncely: `bench.oncely.${run}`,
   };
   try {
     await declare(channel, queues.rawWarm);
     await declare(channel, queues.raw);
+    await declare(channel, queues.rawMarkerWarm);
+    await declare(channel, queues.rawMarker);
     // The Oncely queues get the topology the consumer declares (dead-letter exchange).
     await assertTopology(channel, { queue: queues.oncelyWarm, queueType: QUEUE_TYPE });
     await assertTopology(channel, { queue: queues.oncely, queueType: QUEUE_TYPE });
@@ -167,14 +223,18 @@ async function main() {
     await publishAll(channel, queues.rawWarm, WARMUP, 'warm');
     await publishAll(channel, queues.oncelyWarm, WARMUP, 'warm');
     await publishAll(channel, queues.raw, N, 'm');
+    await publishAll(channel, queues.rawMarkerWarm, WARMUP, 'warm');
+    await publishAll(channel, queues.rawMarker, N, 'm');
     await publishAll(channel, queues.oncely, N, 'm');
     console.log('done');
 
     await rawLoop(connection, queues.rawWarm, WARMUP);
+    await rawMarkerLoop(connection, handPool, queues.rawMarkerWarm, WARMUP);
     await oncelyLoop(store, queues.oncelyWarm, WARMUP, 'bench-warmup');
 
     const rawMs = await rawLoop(connection, queues.raw, N);
     const storeMs = await storeOnly(store, N, 'bench-store-only');
+    const rawMarkerMs = await rawMarkerLoop(connection, handPool, queues.rawMarker, N);
     const oncelyMs = await oncelyLoop(store, queues.oncely, N, 'bench');
     const { rows } = await admin.query(
       `SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE consumer = 'bench'`,
@@ -197,7 +257,14 @@ async function main() {
     console.log(
       `  PostgreSQL marker tx only ${storeMs.toFixed(0).padStart(7)} ms  ${storeRate.toFixed(0).padStart(7)} msgs/s`,
     );
+    const rawMarkerRate = N / (rawMarkerMs / 1000);
+    console.log(
+      `  raw amqplib + marker tx   ${rawMarkerMs.toFixed(0).padStart(7)} ms  ${rawMarkerRate.toFixed(0).padStart(7)} msgs/s`,
+    );
+    const attempts = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".attempts`);
+    console.log(`  attempts rows after the run        ${attempts.rows[0].n}`);
     console.log(`  ratio Oncely / raw amqplib          ${(oncelyRate / rawRate).toFixed(3)}`);
+    console.log(`  ratio Oncely / raw + marker tx      ${(oncelyRate / rawMarkerRate).toFixed(3)}`);
     console.log(`  ratio Oncely / marker transactions  ${(oncelyRate / storeRate).toFixed(3)}`);
   } finally {
     for (const queue of Object.values(queues)) await channel.deleteQueue(queue).catch(() => {});
@@ -209,6 +276,7 @@ async function main() {
     await channel.deleteExchange(`${queues.oncelyWarm}.dlx`).catch(() => {});
     await connection.close().catch(() => {});
     await store.close().catch(() => {});
+    await handPool.end().catch(() => {});
     await admin.query(`DROP SCHEMA "${schema}" CASCADE`).catch(() => {});
     await admin.end();
   }

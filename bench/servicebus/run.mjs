@@ -36,6 +36,7 @@ import {
   bareTransaction,
   benchPool,
   businessInsert,
+  countAttempts,
   createBenchSchema,
   dropSchema,
   fillPool,
@@ -190,6 +191,7 @@ async function main() {
       rounds: ROUNDS,
       batch: BATCH,
     });
+    result.attemptsRows = await countAttempts(schema);
     result.vsRawMarker = Object.fromEntries(
       Object.keys(rounds).map((name) => [name, medianRatio(rounds['raw+marker'], rounds[name])]),
     );

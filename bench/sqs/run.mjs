@@ -9,6 +9,7 @@
 //                 1 s), parse every body, one DeleteMessageBatch for what it received —
 //                 the loop people write by hand
 //   raw+tx        the same plus one bare transaction with the business INSERT per message
+//   raw+marker    the same plus the marker transaction written by hand (issue 15's baseline)
 //                 (the messages of a receive run concurrently)
 //   oncely        createSqsConsumer + PostgresStore; the handler does the same INSERT via ctx.tx
 //   oncely batch  the same consumer with `batch: { size }` (size: half the concurrency, see
@@ -46,9 +47,12 @@ import {
   bareTransaction,
   benchPool,
   businessInsert,
+  countAttempts,
   createBenchSchema,
+  createHandMarkers,
   dropSchema,
   fillPool,
+  markerTransaction,
 } from '../lib/pg.mjs';
 import { LatencyRecorder } from '../lib/stats.mjs';
 
@@ -89,12 +93,14 @@ async function filledQueue(variant, count) {
   return QueueUrl;
 }
 
-async function rawLoop(withTransaction, total = N) {
-  const queueUrl = await filledQueue(withTransaction ? 'raw-tx' : 'raw', total);
-  const pool = withTransaction ? benchPool(CONCURRENCY) : undefined;
+/** mode: 'plain' (no database), 'tx' (bare transaction), 'marker' (the marker transaction by hand). */
+async function rawLoop(mode, total = N) {
+  const queueUrl = await filledQueue(`raw-${mode}`, total);
+  const pool = mode === 'plain' ? undefined : benchPool(CONCURRENCY);
   try {
     if (pool) await fillPool(pool, CONCURRENCY);
-    const bare = pool ? bareTransaction(pool, schema) : undefined;
+    const bare = mode === 'tx' ? bareTransaction(pool, schema) : undefined;
+    const marked = mode === 'marker' ? markerTransaction(pool, schema, `raw-${queueUrl}`) : undefined;
     const pollers = Math.ceil(CONCURRENCY / 10);
     const perPoll = Math.min(10, Math.ceil(CONCURRENCY / pollers));
     const latency = new LatencyRecorder(total);
@@ -128,6 +134,7 @@ async function rawLoop(withTransaction, total = N) {
           Messages.map(async (message) => {
             const body = JSON.parse(message.Body);
             if (bare) await bare(body.orderId);
+            if (marked) await marked(message.MessageAttributes['message-id'].StringValue, body.orderId);
           }),
         );
         const out = await client.send(
@@ -194,15 +201,18 @@ async function main() {
     await setup.migrate();
     await setup.close();
     progress('sqs: warm-up...');
-    await rawLoop(true, WARMUP);
+    await createHandMarkers(schema);
+    await rawLoop('tx', WARMUP);
+    await rawLoop('marker', WARMUP);
     await oncely(false, WARMUP);
     await oncely(true, WARMUP);
     progress(`sqs: ${ROUNDS} interleaved rounds of ${N} messages, concurrency ${CONCURRENCY}...`);
     const rounds = await interleaved(
       ROUNDS,
       {
-        raw: () => rawLoop(false),
-        'raw+tx': () => rawLoop(true),
+        raw: () => rawLoop('plain'),
+        'raw+tx': () => rawLoop('tx'),
+        'raw+marker': () => rawLoop('marker'),
         oncely: () => oncely(false),
         'oncely batch': () => oncely(true),
       },
@@ -219,6 +229,7 @@ async function main() {
       rounds: ROUNDS,
       batch: BATCH,
     });
+    result.attemptsRows = await countAttempts(schema);
   } finally {
     for (const QueueUrl of queues) await client.send(new DeleteQueueCommand({ QueueUrl })).catch(() => {});
     client.destroy();

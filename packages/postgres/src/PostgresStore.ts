@@ -289,7 +289,8 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     if (!Number.isInteger(this.lockTimeoutMs) || this.lockTimeoutMs < 0) {
       throw new ConfigError('lockTimeoutMs', `must be a non-negative integer; got ${options.lockTimeoutMs}`);
     }
-    this.driver = createDriver(options);
+    // The claims may ride in BEGIN's round trip on pg (see PgDriver.open).
+    this.driver = createDriver(options, new Set([this.queries.claimOne, this.queries.claim]));
     this.offsets = {
       advance: async (tx, consumer, topic, partition, offset) => {
         const { rows } = await tx.query(this.queries.advanceOffset, [consumer, topic, partition, offset]);
@@ -851,7 +852,7 @@ function errorCode(error: unknown): string {
   return typeof code === 'string' ? `SQLSTATE ${code}` : 'no SQLSTATE';
 }
 
-function createDriver(options: PostgresStoreOptions): StoreDriver {
+function createDriver(options: PostgresStoreOptions, mergeable: ReadonlySet<string>): StoreDriver {
   const kinds = (['connectionString', 'pool', 'transaction', 'pglite', 'embedded'] as const).filter(
     (kind) => (options as unknown as Record<string, unknown>)[kind] !== undefined,
   );
@@ -877,9 +878,10 @@ function createDriver(options: PostgresStoreOptions): StoreDriver {
       },
       log,
       pgTimeouts(options),
+      mergeable,
     );
   }
-  if ('pool' in options) return new PgDriver({ pool: options.pool }, log, pgTimeouts(options));
+  if ('pool' in options) return new PgDriver({ pool: options.pool }, log, pgTimeouts(options), mergeable);
   if ('transaction' in options) {
     if (typeof options.transaction !== 'function') throw new ConfigError('transaction', 'must be a function');
     return new CallerTransactionDriver(options.transaction);

@@ -2,6 +2,7 @@ import type { Logger, SqlClient, SqlResult } from '@oncely/core';
 import { StoreUnavailableError } from '@oncely/core';
 import { classifyPostgresError, markFromStoreConnection } from '../classifyError.js';
 import { DriverNotInstalledError, TransactionAbortedError } from '../errors.js';
+import { inlineLiterals } from './inlineLiterals.js';
 import type { StoreDriver } from './StoreDriver.js';
 import { describeError, lockTimeoutStatement, redactConnectionString } from './StoreDriver.js';
 
@@ -88,6 +89,11 @@ export class PgDriver implements StoreDriver {
     private readonly source: PgPoolSource,
     private readonly log: Logger,
     private readonly timeouts: PgTimeouts,
+    /**
+     * Statement texts that may open a transaction inside BEGIN's message, their
+     * parameters inlined as literals (the claims: strings and string arrays only).
+     */
+    private readonly mergeable: ReadonlySet<string> = new Set(),
   ) {
     this.ownsPool = !('pool' in source);
     this.staleConnectionAttempts = ('poolMax' in source ? source.poolMax : DEFAULT_STALE_ATTEMPTS) + 1;
@@ -102,18 +108,26 @@ export class PgDriver implements StoreDriver {
     work: (client: SqlClient) => Promise<T>,
     lockTimeoutMs: number | undefined,
   ): Promise<T> {
-    // One simple-protocol round trip opens the transaction and sets its timeouts.
-    // READ COMMITTED explicitly: claims rely on re-checking the unique key after a wait,
-    // whatever default_transaction_isolation the server has.
-    let begin = 'BEGIN ISOLATION LEVEL READ COMMITTED';
-    if (lockTimeoutMs !== undefined) begin += `; ${lockTimeoutStatement(lockTimeoutMs)}`;
-    const { idleInTransactionTimeoutMs } = this.timeouts;
-    if (idleInTransactionTimeoutMs > 0) {
-      begin += `; SET LOCAL idle_in_transaction_session_timeout = ${Math.trunc(idleInTransactionTimeoutMs)}`;
-    }
-    const { client, watch } = await this.checkout(begin);
+    const begin = this.beginStatement(lockTimeoutMs);
+    // BEGIN is not sent on its own: it travels with the transaction's first statement
+    // (see open), so a claim costs no round trip of its own.
+    let session: { client: PgPoolClientLike; watch: ClientWatch } | undefined;
+    let opening: Promise<SqlResult<any>> | undefined;
     const timed: SqlClient = {
-      query: (text, params) => this.timed(watch, () => client.query(text, params as unknown[])),
+      query: <R>(text: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
+        if (opening === undefined) {
+          opening = this.open(begin, text, params).then((opened) => {
+            session = opened;
+            return opened.result;
+          });
+          return opening as Promise<SqlResult<R>>;
+        }
+        // A statement issued while the first is still on its way waits for it (and fails with it).
+        return opening.then(() => {
+          const { client, watch } = session!;
+          return this.timed(watch, () => client.query(text, params as unknown[])) as Promise<SqlResult<R>>;
+        });
+      },
     };
     let rollbackFailed = false;
     try {
@@ -121,21 +135,28 @@ export class PgDriver implements StoreDriver {
       try {
         result = await work(timed);
       } catch (error) {
+        // A first statement still in flight decides whether there is a transaction to end.
+        await opening?.catch(() => {});
         // A dead or timed-out connection cannot roll back; the server does when it notices.
-        if (watch.lost === undefined) {
+        if (session !== undefined && session.watch.lost === undefined) {
+          const { client, watch } = session;
           await this.timed(watch, () => client.query('ROLLBACK')).catch(() => {
             rollbackFailed = true;
           });
         }
         throw error;
       }
+      await opening?.catch(() => {});
+      // No statement was sent: no transaction was opened, nothing to commit.
+      if (session === undefined) return result;
+      const { client, watch } = session;
       const committed = (await this.timed(watch, () => client.query('COMMIT'))) as { command?: string };
       // PostgreSQL answers COMMIT of an aborted transaction with the tag ROLLBACK and no
       // error: nothing was written, and acking now would lose the message.
       if (committed.command === 'ROLLBACK') throw new TransactionAbortedError('COMMIT answered ROLLBACK');
       return result;
     } catch (error) {
-      if (watch.lost !== undefined) {
+      if (session?.watch.lost !== undefined) {
         // Also covers a COMMIT whose answer never arrived: its outcome is unknown, and the
         // retry after the outage finds the marker if it did commit.
         throw new StoreUnavailableError(
@@ -147,7 +168,68 @@ export class PgDriver implements StoreDriver {
       }
       throw error;
     } finally {
-      watch.release(rollbackFailed);
+      session?.watch.release(rollbackFailed);
+    }
+  }
+
+  /**
+   * The statement that opens a store transaction. READ COMMITTED explicitly: claims rely
+   * on re-checking the unique key after a wait, whatever default_transaction_isolation
+   * the server has.
+   */
+  private beginStatement(lockTimeoutMs: number | undefined): string {
+    let begin = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+    if (lockTimeoutMs !== undefined) begin += `; ${lockTimeoutStatement(lockTimeoutMs)}`;
+    const { idleInTransactionTimeoutMs } = this.timeouts;
+    if (idleInTransactionTimeoutMs > 0) {
+      begin += `; SET LOCAL idle_in_transaction_session_timeout = ${Math.trunc(idleInTransactionTimeoutMs)}`;
+    }
+    return begin;
+  }
+
+  /**
+   * Opens the transaction with its first statement. A statement the store declared
+   * mergeable (the claim) is sent with its parameters as literals in BEGIN's own
+   * simple-protocol message: one round trip, and atomic in the way that matters — if
+   * BEGIN fails, the server skips the rest of the message, so the claim can never run
+   * (and commit) outside the transaction. Any other first statement follows BEGIN in a
+   * round trip of its own, parameterized.
+   */
+  private async open(
+    begin: string,
+    text: string,
+    params: readonly unknown[] | undefined,
+  ): Promise<{ client: PgPoolClientLike; watch: ClientWatch; result: SqlResult<any> }> {
+    const merged =
+      params !== undefined && this.mergeable.has(text) ? inlineLiterals(text, params) : undefined;
+    if (merged !== undefined) {
+      const opened = await this.checkout(`${begin}; ${merged}`);
+      // A multi-statement message answers with one result per statement: the claim's is last.
+      const results = opened.result as unknown as SqlResult<any> | Array<SqlResult<any>>;
+      return { ...opened, result: Array.isArray(results) ? results[results.length - 1]! : results };
+    }
+    const { client, watch } = await this.checkout(begin);
+    try {
+      const result = await this.timed(watch, () =>
+        params === undefined ? client.query(text) : client.query(text, params as unknown[]),
+      );
+      return { client, watch, result };
+    } catch (error) {
+      // The transaction is open (and now aborted): end it before the client goes back.
+      if (watch.lost === undefined) {
+        const rolledBack = await this.timed(watch, () => client.query('ROLLBACK')).then(
+          () => true,
+          () => false,
+        );
+        watch.release(!rolledBack);
+      } else {
+        watch.release(true);
+        throw new StoreUnavailableError(
+          `PostgreSQL connection lost during a transaction: ${describeError(error)}`,
+          { cause: error },
+        );
+      }
+      throw error;
     }
   }
 
@@ -293,41 +375,53 @@ interface ClientWatch {
   kill(reason: Error): void;
 }
 
+/** What the store has seen of one pooled connection, for its whole life. */
+interface ConnectionState {
+  /** The first error or end event seen on the connection, if any. */
+  lost: unknown;
+}
+
+/** Per pooled client: its listeners are attached once, not per transaction. */
+const connections = new WeakMap<PgPoolClientLike, ConnectionState>();
+
 /**
  * Watches a checked-out client. While checked out, a client's socket error is emitted on
  * the client (the pool only listens to idle ones): without our listener it would crash
  * the process; with it, we learn — without reading any message text — that the
- * connection is gone.
+ * connection is gone. The listeners stay on the client for its life (attaching and
+ * removing them around every transaction cost more than the rest of the watch): a
+ * connection seen lost is destroyed, never pooled again, so its state is never stale.
  */
 function watchClient(client: PgPoolClientLike): ClientWatch {
-  const state: { lost: unknown } = { lost: undefined };
-  const onError = (error: unknown): void => {
-    state.lost ??= error ?? new Error('connection error');
-  };
-  const onEnd = (): void => {
-    state.lost ??= new Error('connection ended');
-  };
-  client.on('error', onError);
-  client.on('end', onEnd);
+  let state = connections.get(client);
+  if (state === undefined) {
+    const created: ConnectionState = { lost: undefined };
+    client.on('error', (error: unknown) => {
+      created.lost ??= error ?? new Error('connection error');
+    });
+    client.on('end', () => {
+      created.lost ??= new Error('connection ended');
+    });
+    connections.set(client, created);
+    state = created;
+  }
+  const seen = state;
   let released = false;
   return {
     get lost() {
-      return state.lost;
+      return seen.lost;
     },
     kill(reason: Error) {
-      state.lost ??= reason;
+      seen.lost ??= reason;
       this.release(true);
     },
     release(suspect: boolean) {
       if (released) return;
       released = true;
-      if (state.lost !== undefined || suspect) {
-        // Listeners stay on: a destroyed client may still emit while its socket closes.
-        client.release(state.lost instanceof Error ? state.lost : true);
+      if (seen.lost !== undefined || suspect) {
+        client.release(seen.lost instanceof Error ? seen.lost : true);
         return;
       }
-      client.removeListener('error', onError);
-      client.removeListener('end', onEnd);
       client.release();
     },
   };
