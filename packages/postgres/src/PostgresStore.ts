@@ -22,6 +22,7 @@ import type { StoreDriver } from './drivers/StoreDriver.js';
 import { SchemaVersionError, TransactionAbortedError, TransactionEndedError } from './errors.js';
 import { quoteSchemaName } from './identifiers.js';
 import { LATEST_VERSION, MIGRATIONS } from './migrations/index.js';
+import { PostgresOutbox } from './outbox/PostgresOutbox.js';
 import type { StoreQueries } from './queries.js';
 import { buildQueries } from './queries.js';
 
@@ -259,6 +260,8 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   readonly schema: string;
   /** Kafka offsets kept in the same transaction as the output (`offsets` mode). */
   readonly offsets: OffsetStore<SqlClient>;
+  /** The transactional outbox: `ctx.publish` writes here; `createRelay` sends it. */
+  readonly outbox: PostgresOutbox;
   private readonly quotedSchema: string;
   private readonly queries: StoreQueries;
   private readonly driver: StoreDriver;
@@ -278,6 +281,7 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
       throw new ConfigError('lockTimeoutMs', `must be a non-negative integer; got ${options.lockTimeoutMs}`);
     }
     this.driver = createDriver(options);
+    this.outbox = new PostgresOutbox(this.quotedSchema, (operation, work) => this.run(operation, work));
     this.offsets = {
       advance: async (tx, consumer, topic, partition, offset) => {
         const { rows } = await tx.query(this.queries.advanceOffset, [consumer, topic, partition, offset]);
@@ -324,7 +328,10 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
           await client.query(q.createMigrationsTable);
         const current = await readVersion(client, q);
         if (current > LATEST_VERSION) throw new SchemaVersionError(this.schema, current, LATEST_VERSION);
-        const pending = MIGRATIONS.filter((migration) => migration.version > current);
+        // Every version the schema lacks, not only those above its highest: migrations
+        // written on parallel branches may land in either order.
+        const done = await readVersions(client, q);
+        const pending = MIGRATIONS.filter((migration) => !done.has(migration.version));
         for (const migration of pending) {
           await client.query(q.insertMigration, [migration.version, migration.name]);
           for (const statement of migration.statements) {
@@ -629,8 +636,9 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
 
   /**
    * Deletes completed markers older than `olderThan`, `batchSize` rows per transaction
-   * (oldest first, over the `processed_at` index), and attempt counters not touched since
-   * then. Claims in progress are never deleted. Returns the number of markers deleted.
+   * (oldest first, over the `processed_at` index), attempt counters not touched since
+   * then, and (without `consumer`) outbox rows sent before then. Claims in progress and
+   * unsent outbox rows are never deleted. Returns the number of markers deleted.
    *
    * @example
    * ```ts
@@ -664,6 +672,9 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     const params = withConsumer ? [cutoff, batchSize, consumer] : [cutoff, batchSize];
     const markers = await this.deleteInBatches(this.queries.pruneMarkers(withConsumer), params, batchSize);
     await this.deleteInBatches(this.queries.pruneAttempts(withConsumer), params, batchSize);
+    // Sent outbox rows age out with the markers (they belong to no one consumer).
+    if (!withConsumer)
+      await this.deleteInBatches(this.outbox.queries.pruneSent, [cutoff, batchSize], batchSize);
     return markers;
   }
 
@@ -678,6 +689,24 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    */
   applyIfNewer(tx: SqlClient, options: ApplyIfNewerOptions): Promise<boolean> {
     return applyIfNewer(tx, options);
+  }
+
+  /**
+   * Subscribes to a notification channel on a connection of its own; resolves with the
+   * unsubscribe function, or undefined where the store cannot listen (caller
+   * transactions). Used by the outbox relay to wake up.
+   *
+   * @example
+   * ```ts
+   * const stop = await store.listen('oncely_outbox', (payload) => wake(), (error) => relisten());
+   * ```
+   */
+  async listen(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onLost: (error: unknown) => void,
+  ): Promise<(() => Promise<void>) | undefined> {
+    return this.driver.listen?.(channel, onNotify, onLost);
   }
 
   /**
@@ -742,10 +771,13 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    */
   private async verifySchema(client: SqlClient): Promise<void> {
     const q = this.queries;
-    const version = (await present(client, q.tableExists, q.migrationsRegclass))
-      ? await readVersion(client, q)
-      : 0;
-    if (version !== LATEST_VERSION) throw new SchemaVersionError(this.schema, version, LATEST_VERSION);
+    const exists = await present(client, q.tableExists, q.migrationsRegclass);
+    const version = exists ? await readVersion(client, q) : 0;
+    const done = exists ? await readVersions(client, q) : new Set<number>();
+    const complete = MIGRATIONS.every((migration) => done.has(migration.version));
+    if (version !== LATEST_VERSION || !complete) {
+      throw new SchemaVersionError(this.schema, version, LATEST_VERSION);
+    }
     this.schemaVerified = true;
   }
 }
@@ -869,6 +901,11 @@ async function present(client: SqlClient, sql: string, name: string): Promise<bo
 async function readVersion(client: SqlClient, q: StoreQueries): Promise<number> {
   const { rows } = await client.query<{ version: number }>(q.readMigrationVersion);
   return Number(rows[0]?.version ?? 0);
+}
+
+async function readVersions(client: SqlClient, q: StoreQueries): Promise<Set<number>> {
+  const { rows } = await client.query<{ version: number }>(q.readMigrationVersions);
+  return new Set(rows.map((row) => Number(row.version)));
 }
 
 function assertLeaseMs(leaseMs: number): void {

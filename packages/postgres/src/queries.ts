@@ -57,6 +57,8 @@ export interface StoreQueries {
   readonly createSchema: string;
   readonly createMigrationsTable: string;
   readonly readMigrationVersion: string;
+  /** Every applied version, ascending. */
+  readonly readMigrationVersions: string;
   /** $1 version, $2 name. */
   readonly insertMigration: string;
 }
@@ -147,6 +149,7 @@ export function buildQueries(s: string): StoreQueries {
       applied_at timestamptz NOT NULL DEFAULT now()
     )`,
     readMigrationVersion: `SELECT coalesce(max(version), 0)::integer AS version FROM ${s}.migrations`,
+    readMigrationVersions: `SELECT version FROM ${s}.migrations ORDER BY version`,
     insertMigration: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
   };
 }

@@ -5,6 +5,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { isOncelyError, processOnce, StoreReentrancyError } from '@oncely/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import { applyIfNewer, PostgresStore, SchemaVersionError } from '../src/index.js';
+import { MIGRATIONS } from '../src/migrations/index.js';
 
 const pglite = await PGlite.create();
 afterAll(() => pglite.close());
@@ -122,7 +123,7 @@ describe('PostgresStore.embedded()', () => {
     try {
       const key = { consumer: 'embedded', messageId: 'persisted' };
       const first = PostgresStore.embedded({ dataDir });
-      expect((await first.migrate()).applied).toEqual(['0001_init']);
+      expect((await first.migrate()).applied).toEqual(MIGRATIONS.map((m) => m.name));
       expect((await processOnce(first, key, async () => 'done')).status).toBe('processed');
       await first.close();
 

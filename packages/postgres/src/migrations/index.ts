@@ -1,4 +1,5 @@
 import { statements as init } from './0001_init.js';
+import { statements as outbox } from './0003_outbox.js';
 
 /** One forward-only migration. */
 export interface Migration {
@@ -13,10 +14,14 @@ export interface Migration {
  * Every migration this package ships, in order. They are TypeScript modules (not loose
  * `.sql` files) so they ship inside `dist` whatever builds the package.
  */
-export const MIGRATIONS: readonly Migration[] = [{ version: 1, name: '0001_init', statements: init }];
+export const MIGRATIONS: readonly Migration[] = [
+  { version: 1, name: '0001_init', statements: init },
+  { version: 3, name: '0003_outbox', statements: outbox },
+];
 
 /**
- * The schema version this package works with: the number of its newest migration.
+ * The schema version this package works with: the number of its newest migration. A
+ * schema is current when every migration above is applied (numbers may have gaps).
  *
  * @example
  * ```ts
