@@ -3,6 +3,7 @@ import type { BrokerType, DiagnoseFinding } from '@oncely/core';
 import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
 import { isSchemaVersionError, LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
 import { parseDuration } from './duration.js';
+import { OUTBOX_USAGE, outboxCommand } from './outbox.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
 export interface CliIo {
@@ -20,6 +21,7 @@ commands:
   stats [--consumer NAME]         markers per consumer and status, attempt counters
   inspect CONSUMER MESSAGE_ID     the marker and attempt counter of one message
   doctor [--config FILE]          check the store and the broker (the adapter's diagnose())
+${OUTBOX_USAGE}
 
 common options:
   --database-url URL              default: $DATABASE_URL
@@ -33,6 +35,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     io.out.write(USAGE);
     return command ? 0 : 2;
   }
+  if (command === 'outbox') return outboxCommand(rest, io);
   let parsed: ReturnType<typeof parse>;
   try {
     parsed = parse(rest);
