@@ -2,7 +2,7 @@
 // Runs every benchmark scenario and writes bench/RESULTS.md.
 //
 //   npm run bench                                   (builds first, then this script)
-//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools] [--quick]
+//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,outbox] [--quick]
 //
 // Each scenario runs in a process of its own (bench/<scenario>/run.mjs) and hands its
 // figures back through the JSON file named by BENCH_RESULT_FILE; bench/rabbitmq and
@@ -21,7 +21,18 @@ import { findPgbench } from './lib/pgbench.mjs';
 import { formatMs, formatRate, formatRatio, median } from './lib/stats.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const ALL = ['core', 'batch', 'memory', 'sqs', 'pubsub', 'servicebus', 'rabbitmq', 'kafka', 'powertools'];
+const ALL = [
+  'core',
+  'batch',
+  'memory',
+  'sqs',
+  'pubsub',
+  'servicebus',
+  'rabbitmq',
+  'kafka',
+  'powertools',
+  'outbox',
+];
 const { values: cli } = parseArgs({
   options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } },
 });
@@ -39,6 +50,7 @@ const ARGS = cli.quick
       servicebus: ['--rounds', '1', '--messages', '500'],
       rabbitmq: { runs: 1, messages: 1000 },
       kafka: ['--messages', '1000'],
+      outbox: ['--rounds', '1', '--seconds', '2', '--backlog', '500'],
       powertools: [
         '--rounds',
         '2',
@@ -59,6 +71,7 @@ const ARGS = cli.quick
       servicebus: [],
       rabbitmq: { runs: 3, messages: 3000 },
       kafka: ['--messages', '3000'],
+      outbox: [],
       powertools: [],
     };
 
@@ -407,6 +420,39 @@ function summaryRows(results, out) {
         ]),
       );
     }
+  }
+  const ob = results.outbox;
+  if (ob && !failed('outbox relay', ob, out)) {
+    const relay = ob.summary.relay;
+    const hand = ob.summary['hand loop'];
+    out.push(
+      row([
+        'outbox relay → RabbitMQ, backlog drain',
+        'createRelay',
+        'hand-written poll-and-send loop',
+        relay.drainPerSecond >= hand.drainPerSecond
+          ? faster(relay.drainPerSecond / hand.drainPerSecond)
+          : slower(hand.drainPerSecond / relay.drainPerSecond),
+        '—',
+        rate(relay.drainPerSecond),
+        rate(hand.drainPerSecond),
+        '—',
+        '—',
+      ]),
+    );
+    out.push(
+      row([
+        `outbox relay → RabbitMQ, steady ${ob.settings.rate} rows/s (lag = sent_at − created_at)`,
+        'createRelay',
+        'hand-written poll-and-send loop',
+        '—',
+        '—',
+        rate(relay.offeredPerSecond),
+        rate(hand.offeredPerSecond),
+        `lag ${formatMs(relay.lagP50)} / ${formatMs(relay.lagP99)}`,
+        `lag ${formatMs(hand.lagP50)} / ${formatMs(hand.lagP99)}`,
+      ]),
+    );
   }
   const rmq = results.rabbitmq;
   if (rmq && !failed('3 rabbitmq', rmq, out)) {
