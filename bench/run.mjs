@@ -2,7 +2,7 @@
 // Runs every benchmark scenario and writes bench/RESULTS.md.
 //
 //   npm run bench                                   (builds first, then this script)
-//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,growth,http] [--quick]
+//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,growth,http,outbox] [--quick]
 //   node bench/run.mjs --render <raw results JSON>    (re-renders RESULTS.md from a saved run)
 //
 // Each scenario runs in a process of its own (bench/<scenario>/run.mjs) and hands its
@@ -34,6 +34,7 @@ const ALL = [
   'powertools',
   'growth',
   'http',
+  'outbox',
 ];
 const { values: cli } = parseArgs({
   options: {
@@ -56,6 +57,7 @@ const ARGS = cli.quick
       servicebus: ['--rounds', '1', '--messages', '500'],
       rabbitmq: { runs: 1, messages: 1000 },
       kafka: ['--messages', '1000'],
+      outbox: ['--rounds', '1', '--seconds', '2', '--backlog', '500'],
       powertools: [
         '--rounds',
         '2',
@@ -78,6 +80,7 @@ const ARGS = cli.quick
       servicebus: [],
       rabbitmq: { runs: 3, messages: 3000 },
       kafka: ['--messages', '3000'],
+      outbox: [],
       powertools: [],
       growth: [],
       http: [],
@@ -527,6 +530,39 @@ function summaryRows(results, out) {
         ]),
       );
     }
+  }
+  const ob = results.outbox;
+  if (ob && !failed('outbox relay', ob, out)) {
+    const relay = ob.summary.relay;
+    const hand = ob.summary['hand loop'];
+    out.push(
+      row([
+        'outbox relay → RabbitMQ, backlog drain',
+        'createRelay',
+        'hand-written poll-and-send loop',
+        relay.drainPerSecond >= hand.drainPerSecond
+          ? faster(relay.drainPerSecond / hand.drainPerSecond)
+          : slower(hand.drainPerSecond / relay.drainPerSecond),
+        '—',
+        rate(relay.drainPerSecond),
+        rate(hand.drainPerSecond),
+        '—',
+        '—',
+      ]),
+    );
+    out.push(
+      row([
+        `outbox relay → RabbitMQ, steady ${ob.settings.rate} rows/s (lag = sent_at − created_at)`,
+        'createRelay',
+        'hand-written poll-and-send loop',
+        '—',
+        '—',
+        rate(relay.offeredPerSecond),
+        rate(hand.offeredPerSecond),
+        `lag ${formatMs(relay.lagP50)} / ${formatMs(relay.lagP99)}`,
+        `lag ${formatMs(hand.lagP50)} / ${formatMs(hand.lagP99)}`,
+      ]),
+    );
   }
   const rmq = results.rabbitmq;
   if (rmq && !failed('3 rabbitmq', rmq, out)) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Scenario 5 — the HTTP Idempotency-Key middleware's overhead per request against the same
+// Scenario 6 — the HTTP Idempotency-Key middleware's overhead per request against the same
 // handler without it, on the real PostgreSQL.
 //
 //   node bench/http/run.mjs [--concurrency 1,8] [--rounds 5] [--seconds 1.5]
@@ -183,7 +183,7 @@ async function main() {
 
 function print(levels, pg) {
   console.log(
-    `\nScenario 5 — HTTP Idempotency-Key middleware overhead (PostgreSQL ${pg?.version ?? '?'}; medians of ${ROUNDS} interleaved rounds of ${SECONDS} s)`,
+    `\nScenario 6 — HTTP Idempotency-Key middleware overhead (PostgreSQL ${pg?.version ?? '?'}; medians of ${ROUNDS} interleaved rounds of ${SECONDS} s)`,
   );
   console.log('c   variant         req/s   vs bare   p50 ms   p99 ms   p50 overhead ms   p99 overhead ms');
   for (const level of levels) {

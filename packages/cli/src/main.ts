@@ -5,6 +5,7 @@ import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres
 import { type CheckedConfig, leaseLimitFindings, retentionFindings } from './doctorChecks.js';
 import { parseDuration, UsageError } from './duration.js';
 import { inspect } from './inspect.js';
+import { OUTBOX_USAGE, outboxCommand } from './outbox.js';
 import { prune } from './prune.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
@@ -30,6 +31,7 @@ commands:
   doctor [--config FILE]          check the store, the broker (the adapter's diagnose()),
         [--retention 14d]         handlerTimeoutMs against the broker's lease limit, and
                                   the prune age against the broker's redelivery horizon
+${OUTBOX_USAGE}
 
 common options:
   --database-url URL              default: $DATABASE_URL
@@ -43,6 +45,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     io.out.write(USAGE);
     return command ? 0 : 2;
   }
+  if (command === 'outbox') return outboxCommand(rest, io);
   let parsed: ReturnType<typeof parse>;
   try {
     parsed = parse(rest);

@@ -15,6 +15,8 @@ import { fingerprintDelivery } from './fingerprint.js';
 import { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 import { LeaseKeeper } from './LeaseKeeper.js';
 import { stderrLogger, toLogger } from './logger.js';
+import type { PublishOptions } from './outbox.js';
+import { outboxOf, toOutboxWrite } from './outbox.js';
 import { fingerprintStore, processBatchOnce, retryTransient } from './processOnce.js';
 import { Telemetry } from './telemetry.js';
 import type {
@@ -711,6 +713,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       warn: (m, f) => this.log.warn(m, { ...fields, ...f }),
       error: (m, f) => this.log.error(m, { ...fields, ...f }),
     };
+    // Counts this run's publishes: a re-run starts again at 1 and writes the same IDs.
+    let published = 0;
     const ctx = {
       idempotencyKey: (step: string) => `${name}:${message.id}:${step}`,
       savepoint: <T>(work: () => Promise<T>): Promise<T> => {
@@ -718,6 +722,17 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
           throw new OncelyError('CONSUMER_STATE', "ctx.savepoint is not available in 'leased' mode");
         }
         return this.store.savepoint(tx, work);
+      },
+      publish: async (destination: string, body: unknown, options?: PublishOptions): Promise<string> => {
+        if (tx === undefined) {
+          throw new OncelyError(
+            'CONSUMER_STATE',
+            "ctx.publish is not available in 'leased' mode: no transaction covers the handler, so the message could not commit with its effect",
+          );
+        }
+        const row = toOutboxWrite(destination, body, options, () => `${name}:${message.id}:${++published}`);
+        await outboxOf(this.store).write(tx, row);
+        return row.id;
       },
       signal,
       attempt,

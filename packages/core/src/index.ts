@@ -33,6 +33,21 @@ export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 export type { LeaseKeeperOptions } from './LeaseKeeper.js';
 export { LeaseKeeper } from './LeaseKeeper.js';
 export { silentLogger, stderrLogger, toLogger } from './logger.js';
+export type {
+  OutboxMessage,
+  OutboxProducer,
+  OutboxSendResult,
+  OutboxStore,
+  OutboxWrite,
+  PublishOptions,
+} from './outbox.js';
+export {
+  encodeOutboxBody,
+  OutboxUnsupportedError,
+  outboxOf,
+  publishInTransaction,
+  toOutboxWrite,
+} from './outbox.js';
 export type { BatchItem, BatchItemResult, ProcessOnceOptions, ProcessOnceResult } from './processOnce.js';
 export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
 export type { TelemetryConfig } from './telemetry.js';

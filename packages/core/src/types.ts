@@ -8,6 +8,7 @@
  *   place that decides when to ack, retry or dead-letter.
  */
 
+import type { OutboxStore, PublishOptions } from './outbox.js';
 import type { TelemetryConfig } from './telemetry.js';
 
 // ---------------------------------------------------------------------------------------
@@ -143,6 +144,8 @@ export interface IdempotencyStore<Tx = SqlClient> {
   readonly offsets?: OffsetStore<Tx>;
   /** Present on stores that keep payload fingerprints on markers (`payloadFingerprint`). */
   readonly fingerprints?: FingerprintStore<Tx>;
+  /** Present on stores with a transactional outbox (`ctx.publish`). */
+  readonly outbox?: OutboxStore<Tx>;
   close(): Promise<void>;
 }
 
@@ -220,6 +223,19 @@ export interface HandlerContext<Tx = SqlClient> {
    * ```
    */
   savepoint<T>(work: () => Promise<T>): Promise<T>;
+  /**
+   * Writes an outgoing message to the store's outbox in `tx`: it is sent by the relay
+   * after the commit, and never if the transaction rolls back. The ID defaults to
+   * `${consumer}:${messageId}:${n}` (the n-th publish of this run), so a re-run writes the
+   * same IDs. Resolves with the ID. Not available in `leased` mode (no transaction).
+   *
+   * @example
+   * ```ts
+   * await ctx.tx.query('INSERT INTO payments(order_id) VALUES ($1)', [message.body.orderId]);
+   * await ctx.publish('payments-made', { orderId: message.body.orderId }, { key: message.body.customerId });
+   * ```
+   */
+  publish(destination: string, body: unknown, options?: PublishOptions): Promise<string>;
   /** Aborts when the lease is lost, the handler timeout passes or shutdown's deadline passes. */
   signal: AbortSignal;
   /** 1 on the first attempt. */
@@ -498,6 +514,7 @@ export type PayloadFingerprintOption<TBody = unknown> =
   | { attributes: readonly string[] }
   | ((message: Message<TBody>) => string);
 
+/**
  * Delay before a failed message runs again: `initialMs × multiplier^(attempt-1)`, at
  * most `maxMs`, plus jitter.
  *

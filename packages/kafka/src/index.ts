@@ -15,6 +15,8 @@ export type { KafkaRawRecord } from './envelope.js';
 export { headersToAttributes, toEnvelope } from './envelope.js';
 export { KafkaSendError, KafkaTopicMissingError } from './errors.js';
 export { KafkaAdapter } from './KafkaAdapter.js';
+export type { KafkaProducerOptions } from './KafkaProducer.js';
+export { createKafkaProducer } from './KafkaProducer.js';
 export { kafkaLogCreator } from './kafkaLogger.js';
 export type { KafkaSendMessage, KafkaSendOptions } from './send.js';
 export { MESSAGE_ID_HEADER, send } from './send.js';

@@ -13,11 +13,13 @@ import {
   ConfigError,
   decodeBody,
   describeIdStrategy,
+  outboxOf,
   processBatchOnce,
   processOnce,
   resolveMessageId,
   stderrLogger,
   toLogger,
+  toOutboxWrite,
 } from '@oncely/core';
 
 /**
@@ -166,10 +168,17 @@ export class RecordRunner<TBody> {
 
   private context(message: Message<TBody>, tx: SqlClient, signal: AbortSignal): HandlerContext {
     const { name, store } = this.options;
+    // Counts this run's publishes: a re-run writes the same outbox IDs.
+    let published = 0;
     return {
       tx,
       idempotencyKey: (step) => `${name}:${message.id}:${step}`,
       savepoint: (work) => store.savepoint(tx, work),
+      publish: async (destination, body, options) => {
+        const row = toOutboxWrite(destination, body, options, () => `${name}:${message.id}:${++published}`);
+        await outboxOf(store).write(tx, row);
+        return row.id;
+      },
       signal,
       attempt: message.deliveryAttempt ?? 1,
       log: this.log,

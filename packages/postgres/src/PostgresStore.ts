@@ -24,6 +24,7 @@ import { SchemaVersionError, TransactionAbortedError, TransactionEndedError } fr
 import { buildFingerprintQueries, createFingerprintStore } from './fingerprints.js';
 import { quoteSchemaName } from './identifiers.js';
 import { LATEST_VERSION, MIGRATIONS } from './migrations/index.js';
+import { PostgresOutbox } from './outbox/PostgresOutbox.js';
 import type { StoreQueries } from './queries.js';
 import { buildQueries } from './queries.js';
 
@@ -267,6 +268,8 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
   readonly offsets: OffsetStore<SqlClient>;
   /** Payload fingerprints on the markers (`payloadFingerprint` consumers, `processOnce` with a fingerprint). */
   readonly fingerprints: FingerprintStore<SqlClient>;
+  /** The transactional outbox: `ctx.publish` writes here; `createRelay` sends it. */
+  readonly outbox: PostgresOutbox;
   private readonly quotedSchema: string;
   private readonly queries: StoreQueries;
   private readonly driver: StoreDriver;
@@ -291,6 +294,7 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     }
     // The claims may ride in BEGIN's round trip on pg (see PgDriver.open).
     this.driver = createDriver(options, new Set([this.queries.claimOne, this.queries.claim]));
+    this.outbox = new PostgresOutbox(this.quotedSchema, (operation, work) => this.run(operation, work));
     this.offsets = {
       advance: async (tx, consumer, topic, partition, offset) => {
         const { rows } = await tx.query(this.queries.advanceOffset, [consumer, topic, partition, offset]);
@@ -649,8 +653,9 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
 
   /**
    * Deletes completed markers older than `olderThan`, `batchSize` rows per transaction
-   * (oldest first, over the `processed_at` index), and attempt counters not touched since
-   * then. Claims in progress are never deleted. Returns the number of markers deleted.
+   * (oldest first, over the `processed_at` index), attempt counters not touched since
+   * then, and (without `consumer`) outbox rows sent before then. Claims in progress and
+   * unsent outbox rows are never deleted. Returns the number of markers deleted.
    *
    * @example
    * ```ts
@@ -698,6 +703,9 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
       options.onProgress,
     );
     await this.deleteInBatches(this.queries.pruneAttempts(withConsumer), params, batchSize);
+    // Sent outbox rows age out with the markers (they belong to no one consumer).
+    if (!withConsumer)
+      await this.deleteInBatches(this.outbox.queries.pruneSent, [cutoff, batchSize], batchSize);
     return markers;
   }
 
@@ -712,6 +720,24 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    */
   applyIfNewer(tx: SqlClient, options: ApplyIfNewerOptions): Promise<boolean> {
     return applyIfNewer(tx, options);
+  }
+
+  /**
+   * Subscribes to a notification channel on a connection of its own; resolves with the
+   * unsubscribe function, or undefined where the store cannot listen (caller
+   * transactions). Used by the outbox relay to wake up.
+   *
+   * @example
+   * ```ts
+   * const stop = await store.listen('oncely_outbox', (payload) => wake(), (error) => relisten());
+   * ```
+   */
+  async listen(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onLost: (error: unknown) => void,
+  ): Promise<(() => Promise<void>) | undefined> {
+    return this.driver.listen?.(channel, onNotify, onLost);
   }
 
   /**

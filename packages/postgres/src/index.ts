@@ -13,6 +13,10 @@ export {
 } from './errors.js';
 export { quoteIdentifier } from './identifiers.js';
 export { LATEST_VERSION } from './migrations/index.js';
+export type { OutboxStats, StuckOutboxRow } from './outbox/PostgresOutbox.js';
+export { PostgresOutbox } from './outbox/PostgresOutbox.js';
+export type { RelayEvent, RelayOptions, RelayRound } from './outbox/Relay.js';
+export { createRelay, OUTBOX_CHANNEL, Relay } from './outbox/Relay.js';
 export type {
   EmbeddedStoreOptions,
   MigrateResult,

@@ -152,7 +152,7 @@ export function buildQueries(s: string): StoreQueries {
       name       text        NOT NULL,
       applied_at timestamptz NOT NULL DEFAULT now()
     )`,
-    readMigrationVersions: `SELECT version FROM ${s}.migrations`,
+    readMigrationVersions: `SELECT version FROM ${s}.migrations ORDER BY version`,
     insertMigration: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
   };
 }

@@ -249,9 +249,9 @@ describe.skipIf(!hasPostgres)('PostgresStore on a real server', () => {
       const results = await Promise.all([store, ...others].map((s) => s.migrate()));
       expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
       expect(results.flatMap((r) => r.applied)).toEqual(MIGRATIONS.map((m) => m.name));
-      expect(await countRows(`"${store.schema}".migrations`)).toBe(LATEST_VERSION);
+      expect(await countRows(`"${store.schema}".migrations`)).toBe(MIGRATIONS.length);
       expect(await store.migrate()).toEqual({ applied: [], version: LATEST_VERSION });
-      expect(await countRows(`"${store.schema}".migrations`)).toBe(LATEST_VERSION);
+      expect(await countRows(`"${store.schema}".migrations`)).toBe(MIGRATIONS.length);
     });
 
     // Catches: an older package running against a schema a newer one changed.

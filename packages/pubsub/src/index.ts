@@ -13,6 +13,8 @@ export {
 export type { PubSubAdapterOptions, PubSubAdapterStats } from './PubSubAdapter.js';
 export { DEAD_LETTER_ATTRIBUTES, PubSubAdapter } from './PubSubAdapter.js';
 export { PubSubDelivery } from './PubSubDelivery.js';
+export type { PubSubProducerOptions } from './PubSubProducer.js';
+export { createPubSubProducer } from './PubSubProducer.js';
 export type { IdentifiedMessage, PublishWithIdOptions } from './publishWithId.js';
 export { publishWithId } from './publishWithId.js';
 export type { PubSubBrokerConfig } from './pubsubConfig.js';

@@ -44,6 +44,8 @@ export type { RabbitMqAdapterOptions } from './RabbitMqAdapter.js';
 export { RabbitMqAdapter } from './RabbitMqAdapter.js';
 export type { CopyPublisher } from './RabbitMqDelivery.js';
 export { RabbitMqDelivery } from './RabbitMqDelivery.js';
+export type { RabbitMqProducerOptions } from './RabbitMqProducer.js';
+export { createRabbitMqProducer } from './RabbitMqProducer.js';
 export type { RabbitMqTopology } from './topology.js';
 export {
   assertTopology,

@@ -13,6 +13,8 @@ export { findDeadLetters } from './findDeadLetters.js';
 export type { ServiceBusAdapterOptions, ServiceBusAdapterStats } from './ServiceBusAdapter.js';
 export { retryCopy, ServiceBusAdapter } from './ServiceBusAdapter.js';
 export { ServiceBusDelivery } from './ServiceBusDelivery.js';
+export type { ServiceBusProducerOptions } from './ServiceBusProducer.js';
+export { createServiceBusProducer } from './ServiceBusProducer.js';
 export type { SendWithIdOptions } from './sendWithId.js';
 export { sendWithId } from './sendWithId.js';
 export type { ServiceBusBrokerConfig } from './serviceBusConfig.js';

@@ -14,6 +14,8 @@ export {
 export type { DeadLetterRoute, SqsAdapterOptions, SqsAdapterStats } from './SqsAdapter.js';
 export { DEAD_LETTER_ATTRIBUTES, SqsAdapter } from './SqsAdapter.js';
 export { MAX_TOTAL_VISIBILITY_MS } from './SqsDelivery.js';
+export type { SqsProducerOptions } from './SqsProducer.js';
+export { createSqsProducer } from './SqsProducer.js';
 export type { QueueFacts } from './SqsQueueClient.js';
 export type { OutgoingSqsMessage, SendRetryOptions, SentSqsMessage } from './sendMessage.js';
 export { MESSAGE_ID_ATTRIBUTE, sendMessage } from './sendMessage.js';

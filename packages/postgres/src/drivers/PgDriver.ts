@@ -328,6 +328,58 @@ export class PgDriver implements StoreDriver {
     }
   }
 
+  /** LISTEN on a pooled connection held until unsubscribed (it counts against the pool). */
+  async listen(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onLost: (error: unknown) => void,
+  ): Promise<() => Promise<void>> {
+    const client = await this.connect();
+    // pg emits 'notification'; PgPoolClientLike declares only the events the store needs elsewhere.
+    const events = client as unknown as {
+      on(event: string, listener: (...args: any[]) => void): unknown;
+      removeListener(event: string, listener: (...args: any[]) => void): unknown;
+    };
+    let done = false;
+    const onNotification = (message: { channel: string; payload?: string }) => {
+      if (message.channel === channel) onNotify(message.payload ?? '');
+    };
+    const onBroken = (error?: unknown) => {
+      if (done) return;
+      done = true;
+      events.removeListener('notification', onNotification);
+      client.release(true);
+      onLost(error ?? new StoreUnavailableError('the LISTEN connection ended'));
+    };
+    events.on('notification', onNotification);
+    events.on('error', onBroken);
+    events.on('end', onBroken);
+    try {
+      await client.query(`LISTEN ${quoteChannel(channel)}`);
+    } catch (error) {
+      done = true;
+      events.removeListener('notification', onNotification);
+      events.removeListener('error', onBroken);
+      events.removeListener('end', onBroken);
+      client.release(true);
+      markFromStoreConnection(error);
+      throw error;
+    }
+    return async () => {
+      if (done) return;
+      done = true;
+      events.removeListener('notification', onNotification);
+      events.removeListener('end', onBroken);
+      try {
+        await client.query(`UNLISTEN ${quoteChannel(channel)}`);
+        events.removeListener('error', onBroken);
+        client.release();
+      } catch {
+        client.release(true);
+      }
+    };
+  }
+
   private async connect(): Promise<PgPoolClientLike> {
     const pool = await this.pool();
     try {
@@ -448,4 +500,9 @@ async function importPg(): Promise<PgModule> {
 export function isModuleNotFound(error: unknown): boolean {
   const code = (error as { code?: unknown } | undefined)?.code;
   return code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+}
+
+/** A channel name as a quoted identifier (channels are fixed strings; quoted all the same). */
+export function quoteChannel(channel: string): string {
+  return `"${channel.replaceAll('"', '""')}"`;
 }

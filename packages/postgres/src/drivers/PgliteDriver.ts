@@ -92,6 +92,21 @@ export class PgliteDriver implements StoreDriver {
     });
   }
 
+  /** PGlite's own `listen()`: notifications of the single connection, in this process. */
+  async listen(
+    channel: string,
+    onNotify: (payload: string) => void,
+    _onLost: (error: unknown) => void,
+  ): Promise<() => Promise<void>> {
+    const db = (await this.db()) as PgliteLike & {
+      listen?(channel: string, callback: (payload: string) => void): Promise<() => Promise<void>>;
+    };
+    if (typeof db.listen !== 'function') throw new Error('this PGlite instance has no listen()');
+    // Through the gate: on one connection a LISTEN sent while a transaction is open would run inside it.
+    const unlisten = await this.gate.run('listen()', () => db.listen!(channel, onNotify));
+    return () => this.gate.run('unlisten()', () => unlisten());
+  }
+
   ping(): Promise<void> {
     return this.gate.run('ping()', async () => {
       const db = await this.db();

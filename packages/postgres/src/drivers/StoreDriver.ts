@@ -22,6 +22,17 @@ export interface StoreDriver {
    * instead of three. Absent where every statement must go through `transaction`.
    */
   statement?<R = Record<string, unknown>>(text: string, params: readonly unknown[]): Promise<SqlResult<R>>;
+  /**
+   * Subscribes to `channel` notifications on a connection of its own (`LISTEN`);
+   * resolves with the unsubscribe function. `onLost` is called once if the connection
+   * dies (subscribe again later). Absent where the driver cannot listen (caller
+   * transactions): callers poll instead.
+   */
+  listen?(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onLost: (error: unknown) => void,
+  ): Promise<() => Promise<void>>;
   /** One cheap round trip; rejects with `StoreUnavailableError` when the database does not answer. */
   ping(): Promise<void>;
   /** Releases what the driver owns (a pool it created, a PGlite it started). */

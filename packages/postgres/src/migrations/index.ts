@@ -1,5 +1,6 @@
 import { statements as init } from './0001_init.js';
 import { statements as payloadFingerprint } from './0002_payload_fingerprint.js';
+import { statements as outbox } from './0003_outbox.js';
 
 /** One forward-only migration. */
 export interface Migration {
@@ -17,10 +18,12 @@ export interface Migration {
 export const MIGRATIONS: readonly Migration[] = [
   { version: 1, name: '0001_init', statements: init },
   { version: 2, name: '0002_payload_fingerprint', statements: payloadFingerprint },
+  { version: 3, name: '0003_outbox', statements: outbox },
 ];
 
 /**
- * The schema version this package works with: the number of its newest migration.
+ * The schema version this package works with: the number of its newest migration. A
+ * schema is current when every migration above is applied (numbers may have gaps).
  *
  * @example
  * ```ts

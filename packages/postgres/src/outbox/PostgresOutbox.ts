@@ -1,0 +1,170 @@
+import type { OutboxStore, OutboxWrite, SqlClient } from '@oncely/core';
+import { ConfigError, encodeOutboxBody } from '@oncely/core';
+import type { OutboxQueries } from './outboxQueries.js';
+import { buildOutboxQueries } from './outboxQueries.js';
+
+/**
+ * The outbox's backlog, as {@link PostgresOutbox.stats} reports it.
+ *
+ * @example
+ * ```ts
+ * const { pending, failed, lagMs } = await store.outbox.stats();
+ * ```
+ */
+export interface OutboxStats {
+  /** Rows waiting to be sent (including rows waiting out a retry backoff). */
+  pending: number;
+  /** Dead-lettered rows: their sends kept failing; `retry()` sends them again. */
+  failed: number;
+  /** Age of the oldest pending row in ms, on the database clock: the relay's lag. Null when none is pending. */
+  lagMs: number | null;
+}
+
+/**
+ * A row that failed at least once, as {@link PostgresOutbox.stuck} lists it.
+ *
+ * @example
+ * ```ts
+ * for (const row of await store.outbox.stuck()) console.log(row.id, row.status, row.lastError);
+ * ```
+ */
+export interface StuckOutboxRow {
+  id: string;
+  destination: string;
+  key: string | null;
+  /** `failed`: dead-lettered; `pending`: still being retried. */
+  status: 'pending' | 'failed';
+  attempts: number;
+  lastError: string | null;
+  createdAt: Date;
+  nextAttemptAt: Date | null;
+}
+
+/** How the store runs one short transaction of its own. */
+export type OutboxTransactionRunner = <T>(
+  operation: string,
+  work: (client: SqlClient) => Promise<T>,
+) => Promise<T>;
+
+/**
+ * The PostgreSQL outbox (`store.outbox`): writes rows in a caller's transaction (what
+ * `ctx.publish` and `publishInTransaction` use) and the operator's view of the backlog.
+ * The relay that sends the rows is {@link createRelay}.
+ *
+ * @example
+ * ```ts
+ * await store.transaction((tx) =>
+ *   store.outbox.write(tx, { id: 'order-7:placed', destination: 'orders', body: { orderId: 7 }, attributes: {} }),
+ * );
+ * console.log(await store.outbox.stats());
+ * ```
+ */
+export class PostgresOutbox implements OutboxStore<SqlClient> {
+  /** @internal the relay's statements */
+  readonly queries: OutboxQueries;
+
+  constructor(
+    quotedSchema: string,
+    private readonly runTransaction: OutboxTransactionRunner,
+  ) {
+    this.queries = buildOutboxQueries(quotedSchema);
+  }
+
+  /**
+   * Writes one row in `tx`. The same `id` twice writes one row (the first).
+   *
+   * @example
+   * ```ts
+   * await store.outbox.write(tx, { id: 'm-1', destination: 'receipts', body: { orderId: 1 }, key: 'customer-9', attributes: {} });
+   * ```
+   */
+  async write(tx: SqlClient, message: OutboxWrite): Promise<void> {
+    const body = Buffer.from(encodeOutboxBody(message.body));
+    await tx.query(this.queries.write, [
+      message.id,
+      message.destination,
+      message.key ?? null,
+      body,
+      JSON.stringify(message.attributes ?? {}),
+    ]);
+  }
+
+  /**
+   * Counts of pending and dead-lettered rows, and the lag (the oldest pending row's age).
+   *
+   * @example
+   * ```ts
+   * const { lagMs } = await store.outbox.stats();
+   * if (lagMs !== null && lagMs > 60_000) alert('outbox relay is behind');
+   * ```
+   */
+  stats(): Promise<OutboxStats> {
+    return this.runTransaction('outbox.stats()', async (client) => {
+      const { rows } = await client.query<{
+        pending: number;
+        failed: number;
+        oldest_pending_ms: number | null;
+      }>(this.queries.stats);
+      const row = rows[0];
+      return {
+        pending: Number(row?.pending ?? 0),
+        failed: Number(row?.failed ?? 0),
+        lagMs: row?.oldest_pending_ms == null ? null : Number(row.oldest_pending_ms),
+      };
+    });
+  }
+
+  /**
+   * Rows that failed at least once: dead-lettered ones and those still being retried,
+   * oldest first.
+   *
+   * @example
+   * ```ts
+   * const rows = await store.outbox.stuck({ limit: 20 });
+   * ```
+   */
+  stuck(options: { limit?: number } = {}): Promise<StuckOutboxRow[]> {
+    const limit = options.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1)
+      throw new ConfigError('limit', `must be a positive integer; got ${limit}`);
+    return this.runTransaction('outbox.stuck()', async (client) => {
+      const { rows } = await client.query<{
+        id: string;
+        destination: string;
+        key: string | null;
+        status: 'pending' | 'failed';
+        attempts: number;
+        last_error: string | null;
+        created_at: Date | string;
+        next_attempt_at: Date | string | null;
+      }>(this.queries.stuck, [limit]);
+      return rows.map((row) => ({
+        id: row.id,
+        destination: row.destination,
+        key: row.key,
+        status: row.status,
+        attempts: Number(row.attempts),
+        lastError: row.last_error,
+        createdAt: new Date(row.created_at),
+        nextAttemptAt: row.next_attempt_at == null ? null : new Date(row.next_attempt_at),
+      }));
+    });
+  }
+
+  /**
+   * Puts dead-lettered rows back to pending with a fresh attempt count (all of them, or
+   * those in `ids`); the relay sends them on its next round. Returns the IDs it reset. A
+   * keyed row sent this way arrives after later rows of its key that were sent meanwhile.
+   *
+   * @example
+   * ```ts
+   * const retried = await store.outbox.retry(); // after fixing the missing queue
+   * ```
+   */
+  retry(ids?: readonly string[]): Promise<string[]> {
+    return this.runTransaction('outbox.retry()', async (client) => {
+      const { rows } = await client.query<{ id: string }>(this.queries.retry, [ids ? [...ids] : null]);
+      return rows.map((row) => row.id);
+    });
+  }
+}

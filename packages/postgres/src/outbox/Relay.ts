@@ -1,0 +1,573 @@
+import { EventEmitter } from 'node:events';
+import type {
+  BackoffConfig,
+  Logger,
+  OutboxMessage,
+  OutboxProducer,
+  OutboxSendResult,
+  SqlClient,
+} from '@oncely/core';
+import { ConfigError, retryDelayMs, stderrLogger } from '@oncely/core';
+import type { PostgresStore } from '../PostgresStore.js';
+import type { OutboxQueries } from './outboxQueries.js';
+
+/** The channel the outbox trigger notifies (payload: the schema name). */
+export const OUTBOX_CHANNEL = 'oncely_outbox';
+
+/**
+ * Options of {@link createRelay}.
+ *
+ * @example
+ * ```ts
+ * createRelay({ store, producers: { receipts: sqsProducer, '*': rabbitProducer }, batchSize: 200 });
+ * ```
+ */
+export interface RelayOptions {
+  store: PostgresStore;
+  /**
+   * Who sends each row: one producer for every destination, or a map from destination to
+   * producer with `'*'` as the fallback. A row whose destination has no producer fails
+   * (and is retried, then dead-lettered) like a failed send.
+   */
+  producers: OutboxProducer | Readonly<Record<string, OutboxProducer>>;
+  /** Rows claimed per round. @default 100 */
+  batchSize?: number;
+  /** How often to look for rows when no notification arrives. @default 1000 */
+  pollIntervalMs?: number;
+  /** Wake on `LISTEN oncely_outbox` notifications (a connection of its own on `pg`). @default true */
+  listen?: boolean;
+  /** Failed sends of one row before it is dead-lettered (status `failed`, with its reason). @default 10 */
+  maxAttempts?: number;
+  /** Delay before a failed row is sent again. @default { initialMs: 1000, maxMs: 60000 } */
+  backoff?: Partial<BackoffConfig>;
+  /** Names the relay in metrics. @default 'relay' */
+  name?: string;
+  /** @default core's stderr logger */
+  logger?: Logger;
+}
+
+/**
+ * What a round of the relay did.
+ *
+ * @example
+ * ```ts
+ * const { sent, failed } = await relay.runOnce();
+ * ```
+ */
+export interface RelayRound {
+  /** Rows claimed (sent, failed, or held back behind an earlier row of their key). */
+  claimed: number;
+  sent: number;
+  failed: number;
+  deadLettered: number;
+}
+
+/**
+ * Payload of the relay's `sent`, `failed` and `deadLettered` events (one per row).
+ *
+ * @example
+ * ```ts
+ * relay.on('deadLettered', (event: RelayEvent) => log.error('outbox row dead-lettered', event));
+ * ```
+ */
+export interface RelayEvent {
+  relay: string;
+  id: string;
+  destination: string;
+  key?: string;
+  /** The send attempt this was (1 = first). */
+  attempt: number;
+  error?: unknown;
+}
+
+interface ClaimedRow {
+  position: string;
+  id: string;
+  destination: string;
+  key: string | null;
+  body: Uint8Array;
+  attributes: Record<string, string> | string;
+  attempts: number;
+}
+
+interface Outcome {
+  row: ClaimedRow;
+  result: OutboxSendResult;
+}
+
+/** Counter and gauge of @opentelemetry/api, structurally, so the package does not need it. */
+interface RelayInstruments {
+  counter: { add(value: number, attributes?: Record<string, string>): void };
+}
+
+const SETTLE_START_MS = 10;
+
+/**
+ * The outbox relay: sends committed outbox rows through the producers, at least once,
+ * each with its stable ID, and marks a row sent only after the broker confirmed it.
+ *
+ * - Reads only rows whose writing transaction is below the snapshot's xmin, in
+ *   `(xid, position)` order: a row that commits late is never skipped.
+ * - Several relays may run: rows are locked `FOR UPDATE SKIP LOCKED` for the round (the
+ *   claim, the sends and the marks are one transaction), and a relay sends a key's rows
+ *   only while they are the head of that key, so per-key order holds and no row is sent
+ *   by two relays at once. A relay that dies mid-round leaves its rows pending: they are
+ *   sent again, with the same IDs.
+ * - Messages of one key are sent one at a time (in waves, many keys per wave); a failure
+ *   stops that key for the round and retries it after a backoff; after `maxAttempts`
+ *   failures (or one permanent one) the row is dead-lettered and the key moves on.
+ * - Wakes on `LISTEN/NOTIFY` (PGlite too, in-process), polls as the fallback.
+ *
+ * Events: `sent`, `failed`, `deadLettered` ({@link RelayEvent}), `error` (a round that
+ * failed, for instance the database is down; the relay keeps trying). OpenTelemetry:
+ * the counter `oncely.outbox.messages{event}` and the gauge `oncely.outbox.lag` (ms),
+ * when `@opentelemetry/api` is installed.
+ *
+ * @example
+ * ```ts
+ * const relay = createRelay({ store, producers: { 'payments-made': createSqsProducer({ client }) } });
+ * await relay.start();
+ * // ...
+ * await relay.stop();
+ * ```
+ */
+export class Relay extends EventEmitter {
+  readonly name: string;
+  private readonly store: PostgresStore;
+  private readonly queries: OutboxQueries;
+  private readonly producerFor: (destination: string) => OutboxProducer | undefined;
+  private readonly batchSize: number;
+  private readonly pollIntervalMs: number;
+  private readonly useListen: boolean;
+  private readonly maxAttempts: number;
+  private readonly backoff: BackoffConfig;
+  private readonly log: Logger;
+  private running: Promise<void> | undefined;
+  private stopping = false;
+  private woken = false;
+  private wake: (() => void) | undefined;
+  private unlisten: (() => Promise<void>) | undefined;
+  private listening = false;
+  private instruments: RelayInstruments | undefined;
+
+  constructor(options: RelayOptions) {
+    super();
+    if (typeof options !== 'object' || options === null)
+      throw new ConfigError('relay', 'options are required');
+    const { store, producers } = options;
+    if (!store || typeof (store as { transaction?: unknown }).transaction !== 'function' || !store.outbox) {
+      throw new ConfigError('store', 'must be a PostgresStore');
+    }
+    this.store = store;
+    this.queries = store.outbox.queries;
+    this.producerFor = producerLookup(producers);
+    this.batchSize = positiveInteger('batchSize', options.batchSize ?? 100);
+    this.pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1000);
+    this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10);
+    this.useListen = options.listen ?? true;
+    this.backoff = { initialMs: 1000, maxMs: 60_000, ...options.backoff };
+    this.name = options.name ?? 'relay';
+    this.log = options.logger ?? stderrLogger;
+    // Unhandled 'error' events would crash the process; the relay reports and carries on.
+    this.on('error', () => {});
+  }
+
+  /**
+   * Starts the loop: a round at once, then one on each notification or poll interval.
+   *
+   * @example
+   * ```ts
+   * await relay.start();
+   * ```
+   */
+  async start(): Promise<void> {
+    if (this.running) throw new ConfigError('relay', 'is already started');
+    this.stopping = false;
+    await this.initMetrics();
+    await this.subscribe();
+    this.running = this.loop();
+  }
+
+  /**
+   * Stops: the round in progress finishes (its sends are marked), then the loop ends and
+   * the notification connection is released. Producers stay open (they are yours).
+   *
+   * @example
+   * ```ts
+   * await relay.stop();
+   * await producer.close();
+   * ```
+   */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wake?.();
+    await this.running;
+    this.running = undefined;
+    const unlisten = this.unlisten;
+    this.unlisten = undefined;
+    this.listening = false;
+    await unlisten?.().catch(() => {});
+  }
+
+  /**
+   * One round: claims up to `batchSize` rows, sends them, marks the outcome, commits.
+   * What `start()` runs in a loop; useful in tests and in hand-driven setups (a cron).
+   *
+   * @example
+   * ```ts
+   * while ((await relay.runOnce()).claimed > 0);
+   * ```
+   */
+  async runOnce(): Promise<RelayRound> {
+    const outcomes: Outcome[] = [];
+    const round = await this.store.transaction(async (tx) => {
+      const { rows } = await tx.query<ClaimedRow>(this.queries.claim, [this.batchSize]);
+      if (rows.length === 0) return { claimed: 0, sent: 0, failed: 0, deadLettered: 0 };
+      const sendable = await this.keyHeads(tx, rows);
+      outcomes.push(...(await this.sendInWaves(sendable)));
+      return this.mark(tx, rows.length, outcomes);
+    });
+    // Only after the commit: a rolled-back round sent nothing the database remembers.
+    for (const { row, result } of outcomes) {
+      const event: RelayEvent = {
+        relay: this.name,
+        id: row.id,
+        destination: row.destination,
+        ...(row.key !== null ? { key: row.key } : {}),
+        attempt: Number(row.attempts) + 1,
+        ...(result.ok ? {} : { error: result.error }),
+      };
+      const name = result.ok ? 'sent' : this.isDead(row, result) ? 'deadLettered' : 'failed';
+      this.instruments?.counter.add(1, { relay: this.name, event: name, destination: row.destination });
+      this.emit(name, event);
+    }
+    return round;
+  }
+
+  /**
+   * The oldest pending row's age in ms (database clock), or null when nothing is pending.
+   *
+   * @example
+   * ```ts
+   * console.log('relay lag', await relay.lag());
+   * ```
+   */
+  async lag(): Promise<number | null> {
+    return (await this.store.outbox.stats()).lagMs;
+  }
+
+  private async loop(): Promise<void> {
+    let settleMs = SETTLE_START_MS;
+    let errorMs = SETTLE_START_MS;
+    while (!this.stopping) {
+      if (this.useListen && !this.listening) await this.subscribe();
+      this.woken = false;
+      let waitMs = this.pollIntervalMs;
+      try {
+        const round = await this.runOnce();
+        errorMs = SETTLE_START_MS;
+        if (round.claimed >= this.batchSize && round.sent + round.failed + round.deadLettered > 0) continue;
+        if (round.claimed > 0) settleMs = SETTLE_START_MS;
+        const state = await this.pendingState();
+        if (state.unsettled) {
+          // Rows exist whose writers (or older transactions) are still open: look again
+          // soon, backing off while a long transaction holds the snapshot's xmin back.
+          waitMs = settleMs;
+          settleMs = Math.min(settleMs * 2, this.pollIntervalMs);
+        } else {
+          settleMs = SETTLE_START_MS;
+        }
+        if (state.nextDueMs !== null) waitMs = Math.min(waitMs, Math.max(state.nextDueMs, 1));
+      } catch (error) {
+        this.log.warn('outbox relay round failed; retrying', { relay: this.name, error });
+        this.emit('error', error);
+        waitMs = errorMs;
+        errorMs = Math.min(errorMs * 2, this.pollIntervalMs);
+      }
+      await this.sleep(waitMs);
+    }
+  }
+
+  /** Keeps, per key, only the rows that continue the key's head in order (see OutboxQueries.keyHeads). */
+  private async keyHeads(tx: SqlClient, rows: ClaimedRow[]): Promise<ClaimedRow[]> {
+    const keys = [...new Set(rows.flatMap((row) => (row.key === null ? [] : [row.key])))];
+    if (keys.length === 0) return rows;
+    const { rows: heads } = await tx.query<{ key: string; position: string }>(this.queries.keyHeads, [
+      keys,
+      this.batchSize,
+    ]);
+    const order = new Map<string, string[]>();
+    for (const head of heads) {
+      const list = order.get(head.key) ?? [];
+      list.push(String(head.position));
+      order.set(head.key, list);
+    }
+    const mine = new Map<string, ClaimedRow[]>();
+    for (const row of rows) {
+      if (row.key === null) continue;
+      const list = mine.get(row.key) ?? [];
+      list.push(row);
+      mine.set(row.key, list);
+    }
+    const kept = new Set<ClaimedRow>();
+    for (const [key, claimed] of mine) {
+      const expected = order.get(key) ?? [];
+      // A prefix of the key's pending rows: stops at a row another relay holds or one
+      // waiting out its backoff.
+      for (let i = 0; i < claimed.length && expected[i] === String(claimed[i]!.position); i++)
+        kept.add(claimed[i]!);
+    }
+    return rows.filter((row) => row.key === null || kept.has(row));
+  }
+
+  /**
+   * Sends in waves: wave n holds the n-th row of every key (and, in the first, every row
+   * without a key), so a key never has two messages unconfirmed at once, and a key whose
+   * row failed sends nothing more this round.
+   */
+  private async sendInWaves(rows: ClaimedRow[]): Promise<Outcome[]> {
+    const perKey = new Map<string, ClaimedRow[]>();
+    const waves: ClaimedRow[][] = [[]];
+    for (const row of rows) {
+      if (row.key === null) {
+        waves[0]!.push(row);
+        continue;
+      }
+      const list = perKey.get(row.key) ?? [];
+      list.push(row);
+      perKey.set(row.key, list);
+    }
+    const stopped = new Set<string>();
+    const outcomes: Outcome[] = [];
+    for (let wave = 0; ; wave++) {
+      const batch = [...(waves[wave] ?? [])];
+      for (const [key, list] of perKey) if (!stopped.has(key) && list[wave]) batch.push(list[wave]!);
+      if (batch.length === 0) return outcomes;
+      for (const outcome of await this.send(batch)) {
+        outcomes.push(outcome);
+        if (!outcome.result.ok && outcome.row.key !== null) stopped.add(outcome.row.key);
+      }
+    }
+  }
+
+  /** Sends one wave, grouped by producer, the groups in parallel. */
+  private async send(rows: ClaimedRow[]): Promise<Outcome[]> {
+    const groups = new Map<OutboxProducer | undefined, ClaimedRow[]>();
+    for (const row of rows) {
+      const producer = this.producerFor(row.destination);
+      const list = groups.get(producer) ?? [];
+      list.push(row);
+      groups.set(producer, list);
+    }
+    const results = await Promise.all(
+      [...groups].map(async ([producer, group]): Promise<Outcome[]> => {
+        if (!producer) {
+          const error = new ConfigError(
+            'producers',
+            `has no producer for destination '${group[0]!.destination}'`,
+          );
+          return group.map((row) => ({ row, result: { ok: false, error } }));
+        }
+        let results: OutboxSendResult[];
+        try {
+          results = await producer.send(group.map(toMessage));
+        } catch (error) {
+          return group.map((row) => ({ row, result: { ok: false, error } }));
+        }
+        return group.map((row, i) => ({
+          row,
+          result: results[i] ?? {
+            ok: false,
+            error: new Error('the producer returned no result for this message'),
+          },
+        }));
+      }),
+    );
+    return results.flat();
+  }
+
+  private async mark(tx: SqlClient, claimed: number, outcomes: Outcome[]): Promise<RelayRound> {
+    const sent = outcomes.filter((o) => o.result.ok).map((o) => o.row.position);
+    const failures = outcomes.filter((o) => !o.result.ok);
+    if (sent.length > 0) await tx.query(this.queries.markSent, [sent]);
+    let deadLettered = 0;
+    if (failures.length > 0) {
+      const dead = failures.map((o) => this.isDead(o.row, o.result));
+      deadLettered = dead.filter(Boolean).length;
+      await tx.query(this.queries.markFailed, [
+        failures.map((o) => o.row.position),
+        failures.map((o) => describe(o.result.ok ? undefined : o.result.error)),
+        failures.map((o) => retryDelayMs(Number(o.row.attempts) + 1, this.backoff)),
+        dead,
+      ]);
+    }
+    return { claimed, sent: sent.length, failed: failures.length - deadLettered, deadLettered };
+  }
+
+  private isDead(row: ClaimedRow, result: OutboxSendResult): boolean {
+    return !result.ok && (result.permanent === true || Number(row.attempts) + 1 >= this.maxAttempts);
+  }
+
+  private async pendingState(): Promise<{ unsettled: boolean; nextDueMs: number | null }> {
+    return this.store.transaction(async (tx) => {
+      const { rows } = await tx.query<{ unsettled: boolean; next_due_ms: number | null }>(
+        this.queries.pendingState,
+      );
+      const row = rows[0];
+      return {
+        unsettled: row?.unsettled === true,
+        nextDueMs: row?.next_due_ms == null ? null : Number(row.next_due_ms),
+      };
+    });
+  }
+
+  private async subscribe(): Promise<void> {
+    if (!this.useListen || this.listening) return;
+    try {
+      const unlisten = await this.store.listen(
+        OUTBOX_CHANNEL,
+        (payload) => {
+          if (payload === '' || payload === this.store.schema) this.wakeUp();
+        },
+        (error) => {
+          this.listening = false;
+          this.unlisten = undefined;
+          this.log.warn('outbox relay lost its LISTEN connection; polling until it is back', {
+            relay: this.name,
+            error,
+          });
+        },
+      );
+      if (unlisten) {
+        this.unlisten = unlisten;
+        this.listening = true;
+      }
+    } catch (error) {
+      // Polling still works; the next loop turn tries again.
+      this.log.warn('outbox relay could not LISTEN; polling', { relay: this.name, error });
+    }
+  }
+
+  private wakeUp(): void {
+    this.woken = true;
+    this.wake?.();
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (this.woken || this.stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = () => {
+        this.wake = undefined;
+        done();
+      };
+    });
+  }
+
+  private async initMetrics(): Promise<void> {
+    if (this.instruments) return;
+    const moduleName = '@opentelemetry/api';
+    try {
+      const api = (await import(moduleName)) as {
+        metrics: {
+          getMeter(name: string): {
+            createCounter(name: string, options?: { description?: string }): RelayInstruments['counter'];
+            createObservableGauge(
+              name: string,
+              options?: { description?: string; unit?: string },
+            ): {
+              addCallback(
+                callback: (result: {
+                  observe(value: number, attributes?: Record<string, string>): void;
+                }) => Promise<void>,
+              ): void;
+            };
+          };
+        };
+      };
+      const meter = api.metrics.getMeter('@oncely/postgres');
+      const counter = meter.createCounter('oncely.outbox.messages', {
+        description: 'Outbox rows by outcome',
+      });
+      meter
+        .createObservableGauge('oncely.outbox.lag', {
+          description: 'Age of the oldest unsent outbox row',
+          unit: 'ms',
+        })
+        .addCallback(async (result) => {
+          if (!this.running) return;
+          const lag = await this.lag().catch(() => null);
+          result.observe(lag ?? 0, { relay: this.name });
+        });
+      this.instruments = { counter };
+    } catch {
+      // Not installed: metrics stay off; events still fire.
+    }
+  }
+}
+
+/**
+ * Creates an outbox relay (not started). See {@link Relay}.
+ *
+ * @example
+ * ```ts
+ * import { createRelay } from '@oncely/postgres';
+ * import { createRabbitMqProducer } from '@oncely/rabbitmq';
+ *
+ * const relay = createRelay({ store, producers: createRabbitMqProducer({ url: process.env.RABBITMQ_URL }) });
+ * relay.on('deadLettered', (event) => console.error('outbox row dead-lettered', event));
+ * await relay.start();
+ * ```
+ */
+export function createRelay(options: RelayOptions): Relay {
+  return new Relay(options);
+}
+
+function producerLookup(
+  producers: RelayOptions['producers'],
+): (destination: string) => OutboxProducer | undefined {
+  if (!producers || typeof producers !== 'object') {
+    throw new ConfigError('producers', 'must be an OutboxProducer or a map of destination to OutboxProducer');
+  }
+  if (typeof (producers as OutboxProducer).send === 'function') {
+    const single = producers as OutboxProducer;
+    return () => single;
+  }
+  const map = producers as Readonly<Record<string, OutboxProducer>>;
+  for (const [destination, producer] of Object.entries(map)) {
+    if (typeof producer?.send !== 'function') {
+      throw new ConfigError(`producers.${destination}`, 'must be an OutboxProducer (an object with send())');
+    }
+  }
+  return (destination) => (Object.hasOwn(map, destination) ? map[destination] : map['*']);
+}
+
+function toMessage(row: ClaimedRow): OutboxMessage {
+  const attributes = typeof row.attributes === 'string' ? JSON.parse(row.attributes) : (row.attributes ?? {});
+  return {
+    id: row.id,
+    destination: row.destination,
+    body: row.body instanceof Uint8Array ? row.body : Buffer.from(row.body as unknown as string),
+    ...(row.key !== null ? { key: row.key } : {}),
+    attributes,
+    attempt: Number(row.attempts) + 1,
+  };
+}
+
+function positiveInteger(field: string, value: number): number {
+  if (!Number.isInteger(value) || value < 1)
+    throw new ConfigError(field, `must be a positive integer; got ${value}`);
+  return value;
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return (typeof code === 'string' ? `${error.name} (${code}): ` : `${error.name}: `) + error.message;
+  }
+  return String(error);
+}

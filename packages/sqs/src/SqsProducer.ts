@@ -1,0 +1,159 @@
+import {
+  GetQueueUrlCommand,
+  SendMessageBatchCommand,
+  type SendMessageBatchRequestEntry,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
+import type { OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
+import { ConfigError } from '@oncely/core';
+import { SqsOperationError, sqsErrorCode } from './errors.js';
+import { toSendInput } from './sendMessage.js';
+
+/** SendMessageBatch takes at most 10 entries. */
+const MAX_BATCH = 10;
+
+/**
+ * Options of {@link createSqsProducer}.
+ *
+ * @example
+ * ```ts
+ * createSqsProducer({ client: new SQSClient({}), queueUrl: (destination) => urls[destination] });
+ * ```
+ */
+export interface SqsProducerOptions {
+  /** Your SQS client; the producer never destroys it. */
+  client: SQSClient;
+  /**
+   * The queue URL of a destination. @default the destination itself when it is an
+   * `http(s)://` URL, else `GetQueueUrl` of the destination as a queue name (cached)
+   */
+  queueUrl?: (destination: string) => string | Promise<string>;
+}
+
+/**
+ * The outbox producer for SQS: `SendMessageBatch` per queue (10 entries a call), each
+ * message with the row's ID in the `message-id` attribute (what the SQS consumer's default
+ * ID strategy reads), built by the same code as {@link sendMessage}. On a FIFO queue the
+ * row's key is the `MessageGroupId` (a FIFO row without a key is refused) and its ID the
+ * deduplication ID. An entry SQS refuses as the sender's fault is reported as permanent
+ * (the relay dead-letters it); other failures are retried by the relay.
+ *
+ * @example
+ * ```ts
+ * import { createRelay } from '@oncely/postgres';
+ * import { createSqsProducer } from '@oncely/sqs';
+ *
+ * const relay = createRelay({ store, producers: { 'payments-made': createSqsProducer({ client }) } });
+ * await relay.start();
+ * ```
+ */
+export function createSqsProducer(options: SqsProducerOptions): OutboxProducer {
+  if (typeof options !== 'object' || options === null || !options.client) {
+    throw new ConfigError('client', 'an SQSClient is required');
+  }
+  const { client } = options;
+  const urls = new Map<string, Promise<string>>();
+  const resolveUrl = (destination: string): Promise<string> => {
+    if (options.queueUrl) return Promise.resolve(options.queueUrl(destination));
+    if (/^https?:\/\//.test(destination)) return Promise.resolve(destination);
+    let url = urls.get(destination);
+    if (!url) {
+      url = client.send(new GetQueueUrlCommand({ QueueName: destination })).then((out) => {
+        if (!out.QueueUrl)
+          throw new SqsOperationError('GetQueueUrl', 'Unknown', `no URL for queue ${destination}`);
+        return out.QueueUrl;
+      });
+      url.catch(() => urls.delete(destination));
+      urls.set(destination, url);
+    }
+    return url;
+  };
+
+  return {
+    async send(messages: readonly OutboxMessage[]): Promise<OutboxSendResult[]> {
+      const results: OutboxSendResult[] = new Array(messages.length);
+      const byQueue = new Map<string, number[]>();
+      await Promise.all(
+        messages.map(async (message, index) => {
+          try {
+            const url = await resolveUrl(message.destination);
+            const list = byQueue.get(url) ?? [];
+            list.push(index);
+            byQueue.set(url, list);
+          } catch (error) {
+            // Retried: the queue may be created later (the relay dead-letters after maxAttempts).
+            results[index] = { ok: false, error };
+          }
+        }),
+      );
+      await Promise.all(
+        [...byQueue].map(async ([queueUrl, indexes]) => {
+          for (let start = 0; start < indexes.length; start += MAX_BATCH) {
+            await sendBatch(client, queueUrl, messages, indexes.slice(start, start + MAX_BATCH), results);
+          }
+        }),
+      );
+      return results;
+    },
+  };
+}
+
+async function sendBatch(
+  client: SQSClient,
+  queueUrl: string,
+  messages: readonly OutboxMessage[],
+  indexes: number[],
+  results: OutboxSendResult[],
+): Promise<void> {
+  const entries: SendMessageBatchRequestEntry[] = [];
+  for (const [n, index] of indexes.entries()) {
+    const message = messages[index]!;
+    try {
+      const fifo = queueUrl.endsWith('.fifo');
+      const input = toSendInput({
+        queueUrl,
+        id: message.id,
+        body: new TextDecoder('utf-8', { fatal: true }).decode(message.body),
+        attributes: message.attributes,
+        ...(fifo ? { groupId: message.key } : {}),
+      });
+      entries.push({
+        Id: String(n),
+        MessageBody: input.MessageBody,
+        MessageAttributes: input.MessageAttributes,
+        ...(input.MessageGroupId !== undefined ? { MessageGroupId: input.MessageGroupId } : {}),
+        ...(input.MessageDeduplicationId !== undefined
+          ? { MessageDeduplicationId: input.MessageDeduplicationId }
+          : {}),
+      });
+    } catch (error) {
+      // A body SQS cannot carry (not UTF-8), a FIFO row without a key, too many attributes.
+      results[index] = { ok: false, error, permanent: true };
+    }
+  }
+  if (entries.length === 0) return;
+  try {
+    const out = await client.send(new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: entries }));
+    for (const ok of out.Successful ?? []) results[indexes[Number(ok.Id)]!] = { ok: true };
+    for (const failed of out.Failed ?? []) {
+      const error = new SqsOperationError(
+        'SendMessageBatch',
+        failed.Code ?? 'Unknown',
+        failed.Message ?? 'refused',
+      );
+      results[indexes[Number(failed.Id)]!] = { ok: false, error, permanent: failed.SenderFault === true };
+    }
+  } catch (error) {
+    const code = sqsErrorCode(error) ?? 'Unknown';
+    const wrapped = new SqsOperationError(
+      'SendMessageBatch',
+      code,
+      error instanceof Error ? error.message : String(error),
+      { cause: error },
+    );
+    for (const entry of entries) results[indexes[Number(entry.Id)]!] = { ok: false, error: wrapped };
+  }
+  for (const index of indexes) {
+    results[index] ??= { ok: false, error: new Error('SQS answered nothing for this entry') };
+  }
+}

@@ -1,0 +1,322 @@
+/**
+ * The outbox chaos run: a chain of two services across two brokers.
+ *
+ *   orders ──RabbitMQ──▶ payments (consumer A: payment row + ctx.publish "payment made")
+ *          ──outbox rows──▶ relay ──SQS (fauxqs)──▶ receipts (consumer B: receipt row)
+ *
+ * Every process (A, relay, B; two of each) is a child process; the runner SIGKILLs them at
+ * random while the orders flow and starts a new one of the same role 300 ms later. At the
+ * end, counted from rows: every order has exactly one payment and exactly one receipt
+ * (lost 0, doubled 0). With `defect: 'direct-publish'` consumer A sends the event to SQS
+ * from the handler instead of through the outbox, and the same check must fail.
+ */
+import { fork } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, openSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CreateQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { PostgresStore } from '@oncely/postgres';
+import { publish } from '@oncely/rabbitmq';
+import amqp from 'amqplib';
+import { startFauxqs } from 'fauxqs';
+import pg from 'pg';
+
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
+const CHILD = fileURLToPath(new URL('./outboxChild.mjs', import.meta.url));
+const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
+const CREDENTIALS = { accessKeyId: 'x', secretAccessKey: 'x' };
+const REGION = 'us-east-1';
+const ROLES = /** @type {const} */ (['payments', 'relay', 'receipts']);
+
+/**
+ * @typedef {object} OutboxChaosOptions
+ * @property {number} [orders] distinct orders @default 10000
+ * @property {number} [kills] SIGKILLs while orders flow @default 24
+ * @property {number} [perRole] processes of each role at once @default 2
+ * @property {number} [seed] @default 42
+ * @property {'direct-publish'} [defect] consumer A publishes from the handler, no outbox
+ * @property {ReadonlyArray<'payments' | 'relay' | 'receipts'>} [killRoles] roles the kills pick from @default all
+ * @property {number} [timeoutMs] give up waiting for the chain to drain @default 240000
+ * @property {string} [logDir] child logs (a temp dir removed when the run passes)
+ * @property {string} [databaseUrl]
+ * @property {string} [rabbitUrl]
+ */
+
+/** A small seeded PRNG (mulberry32), so a run's kill choices repeat. */
+function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** @param {OutboxChaosOptions} options */
+export async function runOutboxChaos(options = {}) {
+  const orders = options.orders ?? 10_000;
+  const kills = options.kills ?? 24;
+  const perRole = options.perRole ?? 2;
+  const killRoles = options.killRoles ?? ROLES;
+  const random = prng(options.seed ?? 42);
+  const databaseUrl =
+    options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+  const rabbitUrl = options.rabbitUrl ?? process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+  const timeoutMs = options.timeoutMs ?? 240_000;
+  const runId = randomUUID().replaceAll('-', '').slice(0, 10);
+  const schema = `chaos_outbox_${runId}`;
+  const ownLogDir = !options.logDir;
+  const logDir = options.logDir ?? mkdtempSync(join(tmpdir(), 'oncely-outbox-chaos-'));
+  const started = Date.now();
+  /** @type {Array<{ at: number, what: string }>} */
+  const timeline = [];
+  const note = (what) => timeline.push({ at: Date.now() - started, what });
+
+  // The database: the store's tables and the two services' effects, without unique keys
+  // so a doubled effect shows up as a second row.
+  const admin = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+  const setup = new PostgresStore({ connectionString: databaseUrl, schema, poolMax: 2 });
+  await setup.migrate();
+  await setup.close();
+  await admin.query(
+    `CREATE TABLE "${schema}".payments (order_id text NOT NULL, at timestamptz DEFAULT clock_timestamp())`,
+  );
+  await admin.query(
+    `CREATE TABLE "${schema}".receipts (order_id text NOT NULL, at timestamptz DEFAULT clock_timestamp())`,
+  );
+
+  // SQS on fauxqs, in this process (it outlives every child).
+  const fauxqs = await startFauxqs({ port: 0, logger: false });
+  const sqs = new SQSClient({ endpoint: fauxqs.address, region: REGION, credentials: CREDENTIALS });
+  const receiptsQueue = `oncely-outbox-chaos-${runId}`;
+  const queueUrl = (
+    await sqs.send(
+      new CreateQueueCommand({ QueueName: receiptsQueue, Attributes: { VisibilityTimeout: '5' } }),
+    )
+  ).QueueUrl;
+
+  // RabbitMQ: the orders queue (the consumer declares its topology; the runner publishes).
+  const ordersQueue = `oncely-outbox-chaos-${runId}`;
+  const connection = await amqp.connect(rabbitUrl);
+  connection.on('error', () => {});
+  const channel = await connection.createConfirmChannel();
+  channel.on('error', () => {});
+
+  const childBase = {
+    schema,
+    connectionString: databaseUrl,
+    defect: options.defect,
+    rabbit: { url: rabbitUrl, queue: ordersQueue },
+    sqs: { endpoint: fauxqs.address, queueUrl, region: REGION, credentials: CREDENTIALS },
+    maxLifetimeMs: timeoutMs + 120_000,
+  };
+
+  /** @type {Map<string, { role: string, child: import('node:child_process').ChildProcess, killed: boolean, counts: Record<string, number> }>} */
+  const live = new Map();
+  const totals = { received: 0, duplicate: 0, sent: 0 };
+  const byRole = {
+    payments: { received: 0, duplicate: 0 },
+    receipts: { received: 0, duplicate: 0 },
+    relay: { sent: 0 },
+  };
+  let unexpectedExits = 0;
+  let spawned = 0;
+  const killsBy = { payments: 0, relay: 0, receipts: 0 };
+
+  /** @param {'payments' | 'relay' | 'receipts'} role */
+  async function spawnChild(role) {
+    const label = `${role}-${++spawned}`;
+    const log = openSync(join(logDir, `${label}.log`), 'a');
+    const child = fork(CHILD, [], {
+      cwd: ROOT,
+      env: { ...process.env, ONCELY_OUTBOX_CHILD: JSON.stringify({ ...childBase, role }) },
+      stdio: ['ignore', log, log, 'ipc'],
+    });
+    const entry = { role, child, killed: false, counts: { received: 0, duplicate: 0, sent: 0 } };
+    live.set(label, entry);
+    const ready = new Promise((resolve, reject) => {
+      child.on('message', (message) => {
+        if (message.type === 'ready') resolve(undefined);
+        else if (message.type === 'events') entry.counts = message.counts;
+        else if (message.type === 'error') reject(new Error(`${label}: ${message.message}`));
+      });
+      child.once('exit', (code, signal) => {
+        live.delete(label);
+        for (const key of Object.keys(totals)) totals[key] += entry.counts[key] ?? 0;
+        if (role === 'relay') byRole.relay.sent += entry.counts.sent;
+        else {
+          byRole[role].received += entry.counts.received;
+          byRole[role].duplicate += entry.counts.duplicate;
+        }
+        if (!entry.killed && code !== 0) {
+          unexpectedExits++;
+          note(`${label} exited on its own (code ${code}, signal ${signal})`);
+        }
+        reject(new Error(`${label} exited before it was ready`));
+      });
+    });
+    await ready;
+    return label;
+  }
+
+  async function count(sql) {
+    const { rows } = await admin.query(sql);
+    return Number(rows[0].n);
+  }
+  const progress = async () =>
+    (await count(`SELECT count(*) AS n FROM "${schema}".payments`)) +
+    (await count(`SELECT count(*) AS n FROM "${schema}".receipts`));
+
+  let result;
+  try {
+    for (const role of ROLES) for (let i = 0; i < perRole; i++) await spawnChild(role);
+    note('processes ready');
+
+    // The orders: published with confirms while the chain runs, each with its ID as
+    // properties.messageId (consumer A's default ID strategy).
+    const publishing = (async () => {
+      for (let start = 0; start < orders; start += 200) {
+        const batch = [];
+        for (let i = start; i < Math.min(orders, start + 200); i++) {
+          const orderId = `order-${i}`;
+          batch.push(publish(channel, { queue: ordersQueue }, { orderId }, { messageId: orderId }));
+        }
+        await Promise.all(batch);
+      }
+      note(`${orders} orders published`);
+    })();
+
+    // The kills: at evenly spread progress points, a random live process of a random role.
+    let done = 0;
+    const deadline = Date.now() + timeoutMs;
+    while (done < kills && Date.now() < deadline) {
+      const target = ((done + 1) / (kills + 1)) * orders * 2;
+      if ((await progress()) < target) {
+        await sleep(50);
+        continue;
+      }
+      const candidates = [...live.entries()].filter(([, e]) => killRoles.includes(e.role) && !e.killed);
+      if (candidates.length === 0) {
+        await sleep(50);
+        continue;
+      }
+      const [label, entry] = candidates[Math.floor(random() * candidates.length)];
+      entry.killed = true;
+      entry.child.kill('SIGKILL');
+      killsBy[entry.role]++;
+      done++;
+      note(`SIGKILL ${label}`);
+      const role = entry.role;
+      await sleep(300);
+      await spawnChild(role);
+    }
+    await publishing;
+
+    // Drained: every order paid and receipted (or stuck for good), the outbox empty,
+    // nothing left on either broker, twice in a row a second apart.
+    let quiet = 0;
+    let drained = false;
+    while (Date.now() < deadline) {
+      const paid = await count(`SELECT count(DISTINCT order_id) AS n FROM "${schema}".payments`);
+      const receipted = await count(`SELECT count(DISTINCT order_id) AS n FROM "${schema}".receipts`);
+      const pending = await count(`SELECT count(*) AS n FROM "${schema}".outbox WHERE status = 'pending'`);
+      const onRabbit = (await channel.checkQueue(ordersQueue)).messageCount;
+      const inspected = fauxqs.inspectQueue(receiptsQueue)?.messages;
+      const onSqs = inspected
+        ? inspected.ready.length + inspected.delayed.length + inspected.inflight.length
+        : 0;
+      if (paid === orders && receipted === orders && pending === 0 && onRabbit === 0 && onSqs === 0) {
+        if (++quiet >= 2) {
+          drained = true;
+          break;
+        }
+      } else quiet = 0;
+      await sleep(1000);
+    }
+    note(drained ? 'drained' : 'did not drain before the deadline');
+
+    // Graceful stop of what is left, then the count.
+    await Promise.all(
+      [...live.values()].map(
+        (entry) =>
+          new Promise((resolve) => {
+            entry.child.once('exit', resolve);
+            entry.child.send({ type: 'stop' });
+            setTimeout(() => entry.child.kill('SIGKILL'), 20_000).unref();
+          }),
+      ),
+    );
+
+    const perOrder = async (table) => {
+      const { rows } = await admin.query(
+        `SELECT order_id, count(*)::int AS n FROM "${schema}".${table} GROUP BY order_id`,
+      );
+      return new Map(rows.map((row) => [row.order_id, row.n]));
+    };
+    const payments = await perOrder('payments');
+    const receipts = await perOrder('receipts');
+    const lostIds = [];
+    const doubledIds = [];
+    for (let i = 0; i < orders; i++) {
+      const id = `order-${i}`;
+      const p = payments.get(id) ?? 0;
+      const r = receipts.get(id) ?? 0;
+      if (p === 0 || r === 0) lostIds.push(id);
+      if (p > 1 || r > 1) doubledIds.push(id);
+    }
+    const strangers = [...payments.keys(), ...receipts.keys()].filter((id) => !/^order-\d+$/.test(id));
+    const { rows: statuses } = await admin.query(
+      `SELECT status, count(*)::int AS n FROM "${schema}".outbox GROUP BY status`,
+    );
+    const outbox = Object.fromEntries(statuses.map((row) => [row.status, row.n]));
+    result = {
+      broker: options.defect
+        ? `rabbitmq → outbox → sqs (defect: ${options.defect})`
+        : 'rabbitmq → outbox → sqs',
+      orders,
+      kills: killsBy.payments + killsBy.relay + killsBy.receipts,
+      killsBy,
+      paymentRows: [...payments.values()].reduce((a, b) => a + b, 0),
+      receiptRows: [...receipts.values()].reduce((a, b) => a + b, 0),
+      lost: lostIds.length,
+      doubled: doubledIds.length + strangers.length,
+      lostIds: lostIds.slice(0, 20),
+      doubledIds: doubledIds.slice(0, 20),
+      outbox,
+      relaySent: byRole.relay.sent,
+      receiptDuplicatesSkipped: byRole.receipts.duplicate,
+      paymentDuplicatesSkipped: byRole.payments.duplicate,
+      drained,
+      unexpectedExits,
+      durationMs: Date.now() - started,
+      timeline,
+      logDir,
+    };
+    result.ok = result.lost === 0 && result.doubled === 0 && drained && unexpectedExits === 0;
+    return result;
+  } finally {
+    for (const entry of live.values()) entry.child.kill('SIGKILL');
+    const ch = await connection.createChannel().catch(() => undefined);
+    if (ch) {
+      for (const name of [ordersQueue, `${ordersQueue}.dlq`]) await ch.deleteQueue(name).catch(() => {});
+      await ch.deleteExchange(`${ordersQueue}.dlx`).catch(() => {});
+      await ch.close().catch(() => {});
+    }
+    await connection.close().catch(() => {});
+    sqs.destroy();
+    await fauxqs.stop();
+    // A failed run keeps its schema as evidence; a defect run is expected to fail.
+    if (result?.ok || (result && options.defect)) {
+      await admin.query(`DROP SCHEMA "${schema}" CASCADE`).catch(() => {});
+      if (ownLogDir) rmSync(logDir, { recursive: true, force: true });
+    }
+    await admin.end();
+  }
+}
