@@ -226,7 +226,7 @@ export async function startChaosConsumer(input) {
 }
 
 /**
- * POSTs a charge to the fake provider (examples/payments FakePaymentProvider), with the
+ * POSTs a charge to the fake provider (lib/ledgerProvider.mjs), with the
  * `Idempotency-Key` header when a key is given.
  *
  * @param {string} baseUrl

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { silentLogger } from '@oncely/core';
-import { FakePaymentProvider } from '@oncely/example-payments/dist/FakePaymentProvider.js';
+import { FakePaymentProvider } from './ledgerProvider.mjs';
 import { orderStream } from '@oncely/example-payments/dist/orders.js';
 import { seededRandom } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
