@@ -108,26 +108,34 @@ afterAll(async () => {
 });
 
 describe.skipIf(!hasPostgres)('outbox on the real PostgreSQL', () => {
-  it('0003_outbox applies whether or not a version 2 exists, before or after it', async () => {
+  it('0003_outbox and 0002 apply in either order: a schema missing either one gets it', async () => {
     try {
       const store = await openStore();
       const s = `"${store.schema}"`;
-      // A schema at {1, 2}: version 2 written by another change this package does not ship.
+      const versions = async () =>
+        (
+          await admin.query<{ version: number }>(`SELECT version FROM ${s}.migrations ORDER BY version`)
+        ).rows.map((row) => row.version);
+      // A schema at {1, 2}: migrated by a build that did not ship the outbox yet.
       await admin.query(`DELETE FROM ${s}.migrations WHERE version = 3`);
       await admin.query(`DROP TABLE ${s}.outbox`);
       await admin.query(`DROP FUNCTION ${s}.outbox_notify()`);
-      await admin.query(`INSERT INTO ${s}.migrations (version, name) VALUES (2, '0002_other')`);
       const fresh = new PostgresStore({ connectionString, schema: store.schema, poolMax: 2 });
       stores.push(fresh);
-      await expect(fresh.ping()).rejects.toSatisfy((error) => isOncelyError(error, 'CONFIG_INVALID'));
+      await expect(fresh.ping()).rejects.toSatisfy((error) => isOncelyError(error, 'SCHEMA_NOT_MIGRATED'));
       expect(await fresh.migrate()).toEqual({ applied: ['0003_outbox'], version: 3 });
       await fresh.ping();
-      // And at {1, 3} a later package adding version 2 would find 2 missing, not "up to date":
-      // the check is per version, not "the highest".
-      const { rows } = await admin.query<{ version: number }>(
-        `SELECT version FROM ${s}.migrations ORDER BY version`,
-      );
-      expect(rows.map((row) => row.version)).toEqual([1, 2, 3]);
+      expect(await versions()).toEqual([1, 2, 3]);
+      // A schema at {1, 3}: migrated by a build that shipped the outbox before 0002. The
+      // check is per version, not "the highest": 2 is found missing and applied.
+      await admin.query(`DELETE FROM ${s}.migrations WHERE version = 2`);
+      await admin.query(`ALTER TABLE ${s}.processed_messages DROP COLUMN fingerprint`);
+      const later = new PostgresStore({ connectionString, schema: store.schema, poolMax: 2 });
+      stores.push(later);
+      await expect(later.ping()).rejects.toSatisfy((error) => isOncelyError(error, 'SCHEMA_NOT_MIGRATED'));
+      expect(await later.migrate()).toEqual({ applied: ['0002_payload_fingerprint'], version: 3 });
+      await later.ping();
+      expect(await versions()).toEqual([1, 2, 3]);
     } catch (error) {
       failed = true;
       throw error;
