@@ -13,13 +13,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { silentLogger } from '@oncely/core';
-import { FakePaymentProvider } from './ledgerProvider.mjs';
 import { orderStream } from '@oncely/example-payments/dist/orders.js';
 import { seededRandom } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
 import { TcpProxy } from '@oncely/testkit';
 import pg from 'pg';
 import { ChildWorker, ConsumerPool, logFileFor, sleep, VirtualWorker } from './consumerPool.mjs';
+import { FakePaymentProvider } from './ledgerProvider.mjs';
 import { resolveOptions } from './options.mjs';
 
 const run = promisify(execFile);
