@@ -18,7 +18,7 @@ describe('start() on an unreachable broker', () => {
   beforeAll(() => store.migrate(), 60_000);
   afterAll(() => store.close());
 
-  it('names the broker and the address, without the secret', async () => {
+  it('names the broker and the address', async () => {
     const port = await closedPort();
     const consumer = await createConsumer({
       name: 'unreachable',
@@ -32,7 +32,6 @@ describe('start() on an unreachable broker', () => {
     expect((error as Error).message).toBe(
       `cannot connect to Kafka at 127.0.0.1:${port}: Connection error: connect ECONNREFUSED 127.0.0.1:${port}`,
     );
-    expect((error as Error).message).not.toContain('s3cret');
     expect((error as Error).cause).toBeInstanceOf(Error);
   });
 });

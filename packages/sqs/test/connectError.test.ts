@@ -26,7 +26,7 @@ describe('start() on an unreachable broker', () => {
         type: 'sqs',
         queueUrl: `http://127.0.0.1:${port}/000000000000/unreachable`,
         region: 'us-east-1',
-        credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+        credentials: { accessKeyId: 'test', secretAccessKey: 's3cret' },
       },
       store,
       logger: silentLogger,
