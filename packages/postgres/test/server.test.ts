@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Logger, SqlClient } from '@oncely/core';
 import { isOncelyError, processOnce, StoreUnavailableError } from '@oncely/core';
+import { closedPort } from '@oncely/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LATEST_VERSION, PostgresStore, SchemaVersionError } from '../src/index.js';
@@ -60,14 +60,6 @@ function deferred<T = void>() {
     resolve = r;
   });
   return { promise, resolve };
-}
-
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 beforeEach(({ onTestFailed }) => {

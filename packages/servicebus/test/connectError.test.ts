@@ -1,17 +1,8 @@
-import { createServer } from 'node:net';
 import { createConsumer, isOncelyError, silentLogger } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
+import { closedPort } from '@oncely/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type {} from '../src/index.js';
-
-/** A port nothing listens on: bound by us, then closed, so a connect is refused at once. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 describe('start() on an unreachable broker', () => {
   const store = PostgresStore.embedded();

@@ -32,6 +32,7 @@ export type {
   StoreHandle,
 } from './harness.js';
 export { Latch } from './Latch.js';
+export { closedPort } from './ports.js';
 export type { MigratableStore, PostgresStoresOptions } from './postgresStores.js';
 export { postgresStores } from './postgresStores.js';
 export { requireService } from './services.js';
