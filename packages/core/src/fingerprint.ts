@@ -55,6 +55,13 @@ export function payloadFingerprint(
 /**
  * The fingerprint a consumer stores for one delivery under its option, or undefined when
  * the option is off. A custom function's string is hashed, so the column stays small.
+ * For entry points outside the consumer loop (the Lambda handlers) that take the same
+ * `payloadFingerprint` option.
+ *
+ * @example
+ * ```ts
+ * const fingerprint = fingerprintDelivery({ attributes: ['tenant'] }, envelope, message);
+ * ```
  */
 export function fingerprintDelivery<TBody>(
   option: PayloadFingerprintOption<TBody> | undefined,
@@ -73,7 +80,15 @@ export function fingerprintDelivery<TBody>(
   return payloadFingerprint({ body: envelope.body, attributes: envelope.attributes }, option.attributes);
 }
 
-/** Checks the `payloadFingerprint` and `onPayloadMismatch` options. */
+/**
+ * Checks the `payloadFingerprint` and `onPayloadMismatch` options; throws a `ConfigError`
+ * naming the option.
+ *
+ * @example
+ * ```ts
+ * validateFingerprintOptions(options.payloadFingerprint, options.onPayloadMismatch);
+ * ```
+ */
 export function validateFingerprintOptions(option: unknown, policy: unknown): void {
   if (option !== undefined && typeof option !== 'boolean' && typeof option !== 'function') {
     const attributes = (option as { attributes?: unknown } | null)?.attributes;

@@ -28,7 +28,7 @@ export {
   StoreUnavailableError,
 } from './errors.js';
 export type { FingerprintedPayload } from './fingerprint.js';
-export { payloadFingerprint } from './fingerprint.js';
+export { fingerprintDelivery, payloadFingerprint, validateFingerprintOptions } from './fingerprint.js';
 export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 export type { LeaseKeeperOptions } from './LeaseKeeper.js';
 export { LeaseKeeper } from './LeaseKeeper.js';

@@ -7,12 +7,15 @@ import type {
   IdStrategy,
   Logger,
   Message,
+  PayloadFingerprintOption,
+  PayloadMismatch,
   SqlClient,
 } from '@oncely/core';
 import {
   ConfigError,
   decodeBody,
   describeIdStrategy,
+  fingerprintDelivery,
   outboxOf,
   processBatchOnce,
   processOnce,
@@ -20,6 +23,7 @@ import {
   stderrLogger,
   toLogger,
   toOutboxWrite,
+  validateFingerprintOptions,
 } from '@oncely/core';
 
 /**
@@ -52,6 +56,21 @@ export interface LambdaHandlerOptions<TBody = unknown> {
    * @default 1000
    */
   deadlineMarginMs?: number;
+  /**
+   * Stores a fingerprint of the payload with the processed marker (as the consumers'
+   * option of the same name does): a later record with the same ID and a different
+   * payload is logged and follows `onPayloadMismatch`. Markers written without one never
+   * mismatch. The store must keep fingerprints (`@oncely/postgres`).
+   * @default false
+   */
+  payloadFingerprint?: PayloadFingerprintOption<TBody>;
+  /**
+   * What a payload mismatch does: `'skip'` treats the record as a duplicate (a success,
+   * logged as a warning); `'dead-letter'` reports it failed every time, so the event
+   * source's redrive policy or on-failure destination takes it.
+   * @default 'skip'
+   */
+  onPayloadMismatch?: 'skip' | 'dead-letter';
   /** @default core's stderr logger */
   logger?: Logger;
 }
@@ -111,6 +130,7 @@ export class RecordRunner<TBody> {
       throw new ConfigError('store', 'must be an Oncely store (for example a PostgresStore)');
     }
     if (typeof options.handler !== 'function') throw new ConfigError('handler', 'must be a function');
+    validateFingerprintOptions(options.payloadFingerprint, options.onPayloadMismatch);
     this.idStrategy = options.idStrategy ?? { attribute: 'message-id' };
     this.bodyFormat = options.bodyFormat ?? 'json';
     this.marginMs = options.deadlineMarginMs ?? 1000;
@@ -166,6 +186,26 @@ export class RecordRunner<TBody> {
     };
   }
 
+  /** The record's payload fingerprint under `payloadFingerprint`; undefined when off. */
+  private fingerprint(record: PreparedRecord, message: Message<TBody>): string | undefined {
+    return fingerprintDelivery(this.options.payloadFingerprint, record.envelope, message);
+  }
+
+  /**
+   * A duplicate whose payload differs from the one that was processed: logged, then a
+   * success (`'skip'`) or a failure the event source's redrive takes (`'dead-letter'`).
+   */
+  private onMismatch(message: Message<TBody>, mismatch: PayloadMismatch): RecordOutcome {
+    const deadLetter = this.options.onPayloadMismatch === 'dead-letter';
+    this.log.warn(
+      deadLetter
+        ? 'oncely/lambda: a record reuses a processed ID with a different payload; reported failed (it reaches the redrive policy / on-failure destination)'
+        : 'oncely/lambda: a record reuses a processed ID with a different payload; skipped as a duplicate',
+      { consumer: this.options.name, messageId: message.id, reason: 'payload-mismatch', ...mismatch },
+    );
+    return deadLetter ? 'failed' : 'duplicate';
+  }
+
   private context(message: Message<TBody>, tx: SqlClient, signal: AbortSignal): HandlerContext {
     const { name, store } = this.options;
     // Counts this run's publishes: a re-run writes the same outbox IDs.
@@ -194,7 +234,10 @@ export class RecordRunner<TBody> {
         this.options.store,
         { consumer: this.options.name, messageId: message.id },
         (tx) => this.options.handler(message, this.context(message, tx, signal)),
+        { fingerprint: this.fingerprint(record, message) },
       );
+      if (outcome.status === 'duplicate' && outcome.payloadMismatch)
+        return this.onMismatch(message, outcome.payloadMismatch);
       return outcome.status;
     } catch (error) {
       if (this.options.store.classifyError(error) === 'unavailable') {
@@ -223,19 +266,25 @@ export class RecordRunner<TBody> {
    */
   async runBatch(records: readonly PreparedRecord[], signal: AbortSignal): Promise<RecordOutcome[]> {
     const messages = records.map((record) => this.toMessage(record));
-    const runnable = messages.flatMap((message, index) => (message ? [{ message, index }] : []));
+    const runnable = messages.flatMap((message, index) =>
+      message ? [{ message, index, fingerprint: this.fingerprint(records[index]!, message) }] : [],
+    );
     const outcomes: RecordOutcome[] = messages.map(() => 'failed');
     try {
       const results = await processBatchOnce(
         this.options.store,
         this.options.name,
-        runnable.map(({ message }) => ({
+        runnable.map(({ message, fingerprint }) => ({
           messageId: message.id,
+          fingerprint,
           work: (tx: SqlClient) => this.options.handler(message, this.context(message, tx, signal)),
         })),
       );
       results.forEach((result, i) => {
-        outcomes[runnable[i]!.index] = result.status;
+        outcomes[runnable[i]!.index] =
+          result.status === 'duplicate' && result.payloadMismatch
+            ? this.onMismatch(runnable[i]!.message, result.payloadMismatch)
+            : result.status;
         if (result.status === 'failed') {
           this.log.warn('oncely/lambda: record failed; reported for retry', {
             consumer: this.options.name,

@@ -262,6 +262,65 @@ describe('sqsHandler on events shaped like the mapping builds them (PGlite)', ()
     expect(runs).toBe(1);
   });
 
+  it.each([
+    ['skip', false],
+    ['skip', true],
+    ['dead-letter', false],
+    ['dead-letter', true],
+  ] as const)(
+    "payloadFingerprint: a reused ID with another payload follows onPayloadMismatch '%s' (batch: %s)",
+    async (policy, batch) => {
+      const standard = 'arn:aws:sqs:us-east-1:123456789012:orders';
+      const name = `fp-${policy}-${batch}`;
+      const withBody = (itemId: string, amount: number): SQSRecord => ({
+        ...record('p1', 'g', 1, standard),
+        messageId: itemId,
+        body: JSON.stringify({ amount }),
+      });
+      const warnings: Array<{ message: string; fields: unknown }> = [];
+      let runs = 0;
+      const fn = sqsHandler({
+        name,
+        store,
+        batch,
+        payloadFingerprint: true,
+        onPayloadMismatch: policy,
+        logger: { ...silent, warn: (message: string, fields: unknown) => warnings.push({ message, fields }) },
+        handler: async () => {
+          runs++;
+        },
+      });
+      expect((await fn({ Records: [withBody('first', 40)] })).batchItemFailures).toEqual([]);
+      // The same payload again is a plain duplicate under either policy.
+      expect((await fn({ Records: [withBody('same-again', 40)] })).batchItemFailures).toEqual([]);
+      expect(warnings).toEqual([]);
+      const reused = await fn({ Records: [withBody('other-payload', 41)] });
+      expect(reused.batchItemFailures).toEqual(
+        policy === 'dead-letter' ? [{ itemIdentifier: 'other-payload' }] : [],
+      );
+      expect(runs, 'the handler ran for the first payload only').toBe(1);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]!.fields).toMatchObject({
+        consumer: name,
+        messageId: 'p1',
+        reason: 'payload-mismatch',
+      });
+      const { storedFingerprint, fingerprint } = warnings[0]!.fields as Record<string, string>;
+      expect(storedFingerprint).toMatch(/^sha256:/);
+      expect(fingerprint).not.toBe(storedFingerprint);
+    },
+  );
+
+  it('refuses bad payloadFingerprint and onPayloadMismatch options', () => {
+    const handler = async () => {};
+    expect(() => sqsHandler({ name: 'x', store, handler, payloadFingerprint: 'yes' as never })).toThrow(
+      /payloadFingerprint/,
+    );
+    expect(() => sqsHandler({ name: 'x', store, handler, onPayloadMismatch: 'drop' as never })).toThrow(
+      /onPayloadMismatch/,
+    );
+  });
+
   it('refuses an event that is not an SQS event, and bad options, with clear errors', async () => {
     const fn = sqsHandler({ name: 'x', store, handler: async () => {} });
     await expect(fn({} as SQSEvent)).rejects.toMatchObject({ code: 'LAMBDA_EVENT_INVALID' });
