@@ -33,6 +33,7 @@ export const DEFAULT_BATCH_MAX_WAIT_MS = 20;
 const MODES = ['transactional', 'leased', 'offsets'] as const;
 const BODY_FORMATS = ['json', 'text', 'buffer'] as const;
 const ID_STRATEGIES = ['producer', 'broker', 'deduplication-id', 'content-hash'] as const;
+const MISMATCH_POLICIES = ['skip', 'dead-letter'] as const;
 const KNOWN_FIELDS = new Set([
   'name',
   'broker',
@@ -280,6 +281,8 @@ const ENV_FIELDS: Record<string, { field: string; kind: 'string' | 'number' | 'b
   ONCELY_BODY_FORMAT: { field: 'bodyFormat', kind: 'string' },
   ONCELY_BACKOFF_INITIAL_MS: { field: 'backoff.initialMs', kind: 'number' },
   ONCELY_BACKOFF_MAX_MS: { field: 'backoff.maxMs', kind: 'number' },
+  ONCELY_PAYLOAD_FINGERPRINT: { field: 'payloadFingerprint', kind: 'boolean' },
+  ONCELY_ON_PAYLOAD_MISMATCH: { field: 'onPayloadMismatch', kind: 'string' },
 };
 
 /**
@@ -320,6 +323,7 @@ export function describeEnvironmentVariables(): Array<{
     ...CONSUMER_DEFAULTS,
     'backoff.initialMs': 1000,
     'backoff.maxMs': 60_000,
+    payloadFingerprint: false,
   };
   const rows = Object.entries(ENV_FIELDS).map(([variable, { field, kind }]) => ({
     variable,
@@ -329,9 +333,11 @@ export function describeEnvironmentVariables(): Array<{
         ? MODES.join(' | ')
         : field === 'bodyFormat'
           ? BODY_FORMATS.join(' | ')
-          : kind === 'number'
-            ? 'integer'
-            : kind,
+          : field === 'onPayloadMismatch'
+            ? MISMATCH_POLICIES.join(' | ')
+            : kind === 'number'
+              ? 'integer'
+              : kind,
     default: field === 'name' ? '(required)' : defaults[field] === undefined ? '' : String(defaults[field]),
   }));
   for (const [variable, { field, type }] of Object.entries(OTHER_VARIABLES)) {
@@ -404,7 +410,8 @@ export function labelBrokerError(error: unknown, broker: unknown): unknown {
  * - `ONCELY_NAME`, `ONCELY_CONCURRENCY`, `ONCELY_MODE`, `ONCELY_MAX_ATTEMPTS`,
  *   `ONCELY_HANDLER_TIMEOUT_MS`, `ONCELY_LEASE_MS`, `ONCELY_OUTAGE_HOLD_MS`,
  *   `ONCELY_STOP_TIMEOUT_MS`, `ONCELY_BODY_FORMAT`, `ONCELY_BACKOFF_INITIAL_MS`,
- *   `ONCELY_BACKOFF_MAX_MS`;
+ *   `ONCELY_BACKOFF_MAX_MS`, `ONCELY_PAYLOAD_FINGERPRINT` (`true`/`false`; attribute
+ *   lists and functions only in code or the file), `ONCELY_ON_PAYLOAD_MISMATCH`;
  * - `ONCELY_ID_ATTRIBUTE` (→ `idStrategy: { attribute }`) or `ONCELY_ID_STRATEGY`
  *   (`producer | broker | deduplication-id | content-hash`);
  * - `ONCELY_BROKER_TYPE` and `ONCELY_BROKER_<OPTION>` for broker options, the option name
@@ -488,6 +495,8 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
   validateSerializable(config, label);
   if (config.idStrategy !== undefined) checkIdStrategy(config.idStrategy, label('idStrategy'));
   if (config.bodyFormat !== undefined) oneOf(config.bodyFormat, BODY_FORMATS, label('bodyFormat'));
+  if (config.onPayloadMismatch !== undefined)
+    oneOf(config.onPayloadMismatch, MISMATCH_POLICIES, label('onPayloadMismatch'));
   return config as LoadedConfig;
 }
 

@@ -90,6 +90,21 @@ describe('loadConfig', () => {
     });
   });
 
+  it('reads the payload fingerprint options and names the variable of a bad value', () => {
+    const base = { ONCELY_NAME: 'x', ONCELY_BROKER_TYPE: 'memory' };
+    expect(
+      loadConfig({
+        env: { ...base, ONCELY_PAYLOAD_FINGERPRINT: 'true', ONCELY_ON_PAYLOAD_MISMATCH: 'dead-letter' },
+      }),
+    ).toMatchObject({ payloadFingerprint: true, onPayloadMismatch: 'dead-letter' });
+    expect(() => loadConfig({ env: { ...base, ONCELY_PAYLOAD_FINGERPRINT: 'yes' } })).toThrow(
+      /ONCELY_PAYLOAD_FINGERPRINT must be true or false, got "yes"/,
+    );
+    expect(() => loadConfig({ env: { ...base, ONCELY_ON_PAYLOAD_MISMATCH: 'drop' } })).toThrow(
+      /onPayloadMismatch \(from ONCELY_ON_PAYLOAD_MISMATCH\) must be one of skip, dead-letter; got "drop"/,
+    );
+  });
+
   it('lets the environment swap the broker of a file config', () => {
     const dir = mkdtempSync(join(tmpdir(), 'oncely-config-'));
     const file = join(dir, 'oncely.json');
