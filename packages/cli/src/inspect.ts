@@ -78,7 +78,7 @@ export async function inspect(
   let explanation = explainMessage(marker, attempts, maxAttempts);
   let deadLetters: DeadLetterCopy[] | undefined;
   if (!marker && (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE)) {
-    // Ask the broker, where it can peek without consuming (Service Bus).
+    // Ask the broker, where it can read its dead letters without consuming them (Service Bus, Kafka).
     const config = loadConfig({ env: io.env, file: configFile });
     const module = await loadAdapterModule(config.broker.type as BrokerType);
     if (module.findDeadLetters) {

@@ -14,6 +14,7 @@ export { diagnose } from './diagnose.js';
 export type { KafkaRawRecord } from './envelope.js';
 export { headersToAttributes, toEnvelope } from './envelope.js';
 export { KafkaSendError, KafkaTopicMissingError } from './errors.js';
+export { findDeadLetters } from './findDeadLetters.js';
 export { KafkaAdapter } from './KafkaAdapter.js';
 export type { KafkaProducerOptions } from './KafkaProducer.js';
 export { createKafkaProducer } from './KafkaProducer.js';
