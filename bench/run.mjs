@@ -2,7 +2,7 @@
 // Runs every benchmark scenario and writes bench/RESULTS.md.
 //
 //   npm run bench                                   (builds first, then this script)
-//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,growth,http,outbox] [--quick]
+//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,mqt,growth,http,outbox] [--quick]
 //   node bench/run.mjs --render <raw results JSON>    (re-renders RESULTS.md from a saved run)
 //
 // Each scenario runs in a process of its own (bench/<scenario>/run.mjs) and hands its
@@ -32,6 +32,7 @@ const ALL = [
   'rabbitmq',
   'kafka',
   'powertools',
+  'mqt',
   'growth',
   'http',
   'outbox',
@@ -68,6 +69,7 @@ const ARGS = cli.quick
         '--footprint-messages',
         '500',
       ],
+      mqt: ['--rounds', '1', '--messages', '300'],
       growth: ['--sizes', '0,20000,100000', '--rounds', '1', '--seconds', '0.5', '--prune-rows', '100000'],
       http: ['--rounds', '2', '--seconds', '0.5'],
     }
@@ -82,6 +84,7 @@ const ARGS = cli.quick
       kafka: ['--messages', '3000'],
       outbox: [],
       powertools: [],
+      mqt: [],
       growth: [],
       http: [],
     };
@@ -677,6 +680,7 @@ function summaryRows(results, out) {
       );
     }
   }
+  mqtSummaryRow(results, out);
   const growth = results.growth;
   if (growth && !failed('5 growth', growth, out)) {
     for (const level of growth.levels) {
@@ -1073,7 +1077,9 @@ function details(results, out) {
       '',
       '- **Oncely**: the marker and the business row commit in one PostgreSQL transaction, the ack follows the commit. A crash at any point leaves either both or neither; a redelivery after the commit is a duplicate. Effectively once, for writes to that database.',
       '- **Powertools idempotency on Redis**: the record lives in a store outside the transaction. A crash after the PostgreSQL commit and before the COMPLETED write leaves an INPROGRESS record: once its in-progress expiry passes, the redelivery runs the payment again (a duplicate row). A crash after INPROGRESS and before the commit blocks the message until that expiry. At-least-once with a deduplication window, not once.',
-      '- **message-queue-toolkit\'s Redis deduplication** (`@message-queue-toolkit/redis-message-deduplication-store` 3.0.1, peers `@message-queue-toolkit/core` and `ioredis`): not measured in this run. The package is on the registry, but it is a store plugged into message-queue-toolkit\'s own consumers (AMQP, SQS), with their schemas and handler spies; driving the same work through them needs a consumer of that library per broker, which this change did not add. Its guarantee, from its design: a Redis key set with a TTL around the handler, outside the database transaction — the same window as Powertools (a crash between the commit and the key write re-runs the payment once the lock expires), and a store error treated as "not a duplicate" re-runs the handler.',
+      results.mqt?.summary
+        ? "- **message-queue-toolkit's Redis deduplication**: measured on SQS (its consumers are per broker), next section."
+        : "- **message-queue-toolkit's Redis deduplication**: not measured in this run (`node bench/run.mjs --only mqt`). A Redis key written after the handler, outside the database transaction: the same window as Powertools.",
       '',
     );
     out.push(
@@ -1120,6 +1126,7 @@ function details(results, out) {
     }
     out.push('');
   }
+  mqtDetails(results.mqt, out);
   const web = results.http;
   if (web?.levels) {
     out.push('## 5. HTTP Idempotency-Key middleware', '');
@@ -1245,6 +1252,67 @@ function details(results, out) {
         '',
       );
     }
+  }
+}
+
+/**
+ * Scenario 4's second alternative (bench/mqt/run.mjs): Oncely's SQS consumer against
+ * message-queue-toolkit's with its Redis deduplication store, one summary row.
+ */
+function mqtSummaryRow(results, out) {
+  const m = results.mqt;
+  if (!m || failed('4 mqt', m, out)) return;
+  const sm = m.summary;
+  out.push(
+    row([
+      `4 alternative, SQS (fauxqs), c=${m.settings.concurrency}`,
+      'Oncely createSqsConsumer + INSERT',
+      'message-queue-toolkit AbstractSqsConsumer + Redis deduplication store + bare transaction',
+      m.oncelyVsMqt >= 1 ? faster(m.oncelyVsMqt) : slower(1 / m.oncelyVsMqt),
+      '—',
+      rate(sm.oncely.perSecond),
+      rate(sm.mqt.perSecond),
+      lat(sm.oncely),
+      lat(sm.mqt),
+    ]),
+  );
+}
+
+/** The bench/mqt section: what ran, the table, the guarantee each gives and the probe. */
+function mqtDetails(m, out) {
+  if (!m?.summary) return;
+  const s = m.settings;
+  const v = m.versions;
+  out.push("## 4. Against message-queue-toolkit's Redis deduplication (SQS)", '');
+  out.push(
+    `\`bench/mqt/run.mjs\` on fauxqs in process. **mqt**: \`AbstractSqsConsumer\` (@message-queue-toolkit/sqs ${v['@message-queue-toolkit/sqs']}, core ${v['@message-queue-toolkit/core']}, on sqs-consumer ${v['sqs-consumer']}) with \`enableConsumerDeduplication\` and \`RedisMessageDeduplicationStore\` (${v['@message-queue-toolkit/redis-message-deduplication-store']}, ioredis ${v.ioredis}, locks by redis-semaphore ${v['redis-semaphore']}) at REDIS_URL; deduplication ID = the message ID; the library's defaults (40 s window, 20 s lock); ${s.mqtConsumers} pollers × ${s.mqtBatchSize} messages per receive (${s.mqtConsumers * s.mqtBatchSize} in flight; sqs-consumer finishes a whole receive before the next); the handler runs the bare transaction. Per message: Redis EXISTS, lock SET NX, EXISTS again, BEGIN/INSERT/COMMIT, SET NX EX of the key, lock release — five Redis round trips besides the commit. **oncely**: \`createSqsConsumer\` + PostgresStore, concurrency ${s.concurrency}, the same INSERT via \`ctx.tx\`, the marker in the same commit. The same messages (body and \`message-id\` attribute) on a fresh queue per variant and round, ${s.rounds} interleaved rounds of ${s.messages} messages. Latency: from receipt to the commit (Oncely) or to the key written (mqt, whole milliseconds: the library's own timestamps). Node CPU: this process from start to the last message, fauxqs's share included for both.`,
+    '',
+    row(['variant', 'msgs/s (median)', 'per round', 'p50 ms', 'p99 ms', 'Node CPU µs / msg']),
+    row(Array(6).fill('---')),
+  );
+  for (const [name, sm] of Object.entries(m.summary)) {
+    out.push(
+      row([name, rate(sm.perSecond), sm.rounds.join(', '), formatMs(sm.p50), formatMs(sm.p99), cpu(sm)]),
+    );
+  }
+  out.push(
+    '',
+    `Oncely ÷ mqt throughput, median of the per-round ratios: ${formatRatio(m.oncelyVsMqt)}.`,
+    '',
+    "What mqt's consumer deduplication guarantees, from the installed source (@message-queue-toolkit/sqs `dist/sqs/AbstractSqsConsumer.js`, core `dist/queues/AbstractQueueService.js`):",
+    '',
+    "- The key is written after the handler returned success (`AbstractSqsConsumer.js:197–198`), in Redis, outside the handler's transaction. A crash between the PostgreSQL commit and that write leaves no key: the redelivery takes the lock once the dead consumer's lapses (`lockTimeoutSeconds`, 20 s by default) and runs the payment again.",
+    '- A Redis error while checking or writing the key counts as "not a duplicate" (`AbstractQueueService.js:501`, `:524`), and a lock error other than a timeout carries on without a lock (`:544`): the handler runs.',
+    '- The key lives `deduplicationWindowSeconds` (40 s by default; `SET … EX … NX`): a copy delivered after the window runs the handler again. A copy arriving while the lock is held waits up to `acquireTimeoutSeconds`, then is re-sent to the queue with a delay (`AbstractSqsConsumer.js:165`).',
+    '- Oncely: the marker commits with the row, the delete follows the commit; after a crash the redelivery finds the marker and is acked as a duplicate, however late it comes (until the marker is pruned).',
+    '',
+  );
+  const p = m.probe;
+  if (p) {
+    out.push(
+      `Probe (printed, not asserted): a child process ran each consumer on a one-message queue (visibility ${p.settings.visibilityTimeoutSeconds} s; mqt's lock shortened to ${p.settings.lockTimeoutSeconds} s so the probe is quick) and was SIGKILLed right after the payment committed — mqt inside the handler, before the key is written; Oncely on \`processed\`, before the delete. A second consumer then took the redelivery. **mqt**: ${p.mqt.redelivery}, ${p.mqt.rows} payment rows. **Oncely**: ${p.oncely.redelivery}, ${p.oncely.rows} payment row${p.oncely.rows === 1 ? '' : 's'}.`,
+      '',
+    );
   }
 }
 
