@@ -40,3 +40,52 @@ export class Batcher<T> {
       });
   }
 }
+
+/**
+ * Gathers a known set of deliveries (`count` of them, by index) into one batch: it runs
+ * once each index was added or skipped (settled before it could join), with the items in
+ * index order, whatever order they arrive in. `add` resolves once the batch has run.
+ *
+ * @example
+ * ```ts
+ * const gathering = new Gathering(2, async (items) => { await processAll(items); }, console.error);
+ * gathering.skip(0);
+ * await gathering.add(1, item);
+ * ```
+ */
+export class Gathering<T> {
+  private readonly items: Array<T | undefined>;
+  private readonly arrived = new Set<number>();
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(
+    private readonly count: number,
+    private readonly run: (items: T[]) => Promise<void>,
+    private readonly onError: (error: unknown) => void,
+  ) {
+    this.items = new Array<T | undefined>(count);
+  }
+
+  add(index: number, item: T): Promise<void> {
+    return new Promise((done) => {
+      this.items[index] = item;
+      this.waiting.push(done);
+      this.arrive(index);
+    });
+  }
+
+  /** Index `index` will not join (already settled); a no-op once it was added. */
+  skip(index: number): void {
+    if (!this.arrived.has(index)) this.arrive(index);
+  }
+
+  private arrive(index: number): void {
+    this.arrived.add(index);
+    if (this.arrived.size < this.count) return;
+    const batch = this.items.filter((item): item is T => item !== undefined);
+    const run = batch.length === 0 ? Promise.resolve() : this.run(batch);
+    run.catch(this.onError).finally(() => {
+      for (const done of this.waiting.splice(0)) done();
+    });
+  }
+}

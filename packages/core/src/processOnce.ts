@@ -105,10 +105,24 @@ export interface BatchItem<T, Tx = SqlClient> {
   work: (tx: Tx) => Promise<T>;
   /** Stored with the marker and compared on a duplicate, as in {@link ProcessOnceOptions}. */
   fingerprint?: string;
+  /**
+   * Items of one group must take effect in input order (a Kafka partition): once one
+   * fails, the items after it in its group are `released` instead of committing ahead of
+   * its retry.
+   * @default none (the item is independent of the others)
+   */
+  orderingGroup?: string;
 }
 
 /** Outcome of one batch item: like {@link ProcessOnceResult}, or `failed` with the item's error. */
 export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; error: unknown };
+
+/**
+ * Outcome of one item of a batch with ordering groups: a {@link BatchItemResult}, or
+ * `released`: not run (or rolled back) because an earlier item of its group failed;
+ * nothing of it committed and it was no failure of its own.
+ */
+export type OrderedBatchItemResult<T> = BatchItemResult<T> | { status: 'released' };
 
 /**
  * The batch fast path: one transaction and one claim statement for many messages.
@@ -122,6 +136,10 @@ export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; erro
  * others commit together. Work before the failing item therefore runs twice in that
  * case — inside the transaction that is invisible; calls outside it must carry their
  * idempotency key, as for any retry.
+ *
+ * Items with an `orderingGroup` keep prefix semantics: the items after a failing one in
+ * its group do not run and come back `released` (their claims undone), so nothing of the
+ * group commits ahead of the failed item's retry. Other groups are unaffected.
  *
  * Errors the store classifies as transient or unavailable abort the whole batch (nothing
  * commits): transient ones are retried here, unavailable ones are thrown.
@@ -137,8 +155,18 @@ export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; erro
 export async function processBatchOnce<T, Tx = SqlClient>(
   store: IdempotencyStore<Tx>,
   consumer: string,
+  items: readonly (BatchItem<T, Tx> & { orderingGroup?: undefined })[],
+): Promise<BatchItemResult<T>[]>;
+export async function processBatchOnce<T, Tx = SqlClient>(
+  store: IdempotencyStore<Tx>,
+  consumer: string,
   items: readonly BatchItem<T, Tx>[],
-): Promise<BatchItemResult<T>[]> {
+): Promise<OrderedBatchItemResult<T>[]>;
+export async function processBatchOnce<T, Tx = SqlClient>(
+  store: IdempotencyStore<Tx>,
+  consumer: string,
+  items: readonly BatchItem<T, Tx>[],
+): Promise<OrderedBatchItemResult<T>[]> {
   if (items.length === 0) return [];
   if (items.some((item) => item.fingerprint !== undefined)) fingerprintStore(store);
   try {
@@ -161,15 +189,27 @@ function runBatch<T, Tx>(
   consumer: string,
   items: readonly BatchItem<T, Tx>[],
   isolateItems: boolean,
-): Promise<BatchItemResult<T>[]> {
+): Promise<OrderedBatchItemResult<T>[]> {
   return retryTransient(store, () =>
     store.transaction(async (tx) => {
       const claimed = new Set(await claimAll(store, tx, consumer, items));
-      const results: BatchItemResult<T>[] = [];
+      const results: OrderedBatchItemResult<T>[] = [];
       /** Where each ID this batch claimed first ran, for its repeats further on. */
       const firstRun = new Map<string, number>();
       const repeats: Array<[repeat: number, first: number]> = [];
+      /** Ordering groups with a failed item: what follows it in the group is released. */
+      const stalled = new Set<string>();
+      const released: string[] = [];
       for (const item of items) {
+        if (item.orderingGroup !== undefined && stalled.has(item.orderingGroup)) {
+          // Behind a failure in its group: committing it would overtake the failed item's retry.
+          if (claimed.delete(item.messageId)) {
+            firstRun.set(item.messageId, results.length);
+            released.push(item.messageId);
+          }
+          results.push({ status: 'released' });
+          continue;
+        }
         // Taking the ID out makes a second occurrence in the same batch a duplicate.
         if (!claimed.delete(item.messageId)) {
           const first = firstRun.get(item.messageId);
@@ -187,12 +227,16 @@ function runBatch<T, Tx>(
           if (!isolateItems) throw new BatchItemFailed();
           await store.unclaim(tx, consumer, [item.messageId]);
           results.push({ status: 'failed', error });
+          if (item.orderingGroup !== undefined) stalled.add(item.orderingGroup);
         }
       }
-      // A repeat is a duplicate only of a copy that commits. When the first copy failed,
-      // no marker exists and acking the repeat would lose the message: it fails with it.
+      if (released.length > 0) await store.unclaim(tx, consumer, released);
+      // A repeat is a duplicate only of a copy that commits. When the first copy failed
+      // (or was released), no marker exists and acking the repeat would lose the message:
+      // it shares the first copy's outcome.
       for (const [repeat, first] of repeats) {
-        if (results[first]!.status === 'failed') results[repeat] = results[first]!;
+        const status = results[first]!.status;
+        if (status === 'failed' || status === 'released') results[repeat] = results[first]!;
         else results[repeat] = { status: 'duplicate', ...repeatMismatch(items[first]!, items[repeat]!) };
       }
       await compareStoredFingerprints(store, tx, consumer, items, results, firstRun);
@@ -241,12 +285,18 @@ async function compareStoredFingerprints<T, Tx>(
   tx: Tx,
   consumer: string,
   items: readonly BatchItem<T, Tx>[],
-  results: BatchItemResult<T>[],
+  results: OrderedBatchItemResult<T>[],
   firstRun: ReadonlyMap<string, number>,
 ): Promise<void> {
   const earlier = items
     .map((item, index) => ({ item, index }))
-    .filter(({ item }) => item.fingerprint !== undefined && !firstRun.has(item.messageId));
+    .filter(
+      ({ item, index }) =>
+        // A released item behind a failure in its group stays released.
+        item.fingerprint !== undefined &&
+        !firstRun.has(item.messageId) &&
+        results[index]!.status === 'duplicate',
+    );
   if (earlier.length === 0) return;
   const stored = await fingerprintStore(store).read(
     consumer,
