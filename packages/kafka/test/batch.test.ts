@@ -14,7 +14,15 @@ import {
 import { createKafkaConsumer, type KafkaBrokerOptions } from '@oncely/kafka';
 import type { Admin, Kafka, Producer } from 'kafkajs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createTopic, groupLag, kafkaClient, publish, testBrokers, uniqueName } from './support/kafka.js';
+import {
+  createTopic,
+  DeadLetterReader,
+  groupLag,
+  kafkaClient,
+  publish,
+  testBrokers,
+  uniqueName,
+} from './support/kafka.js';
 import { createTestStore, type TestStore, until } from './support/store.js';
 
 const brokers = testBrokers();
@@ -220,5 +228,48 @@ describe.skipIf(!brokers)('kafka batch path on a real broker', () => {
     const attempts = new Map(rows.map((r) => [r.message_id, r.attempt]));
     expect(attempts.get(failing)).toBe(2);
     expect([...attempts].filter(([id, attempt]) => id !== failing && attempt !== 1)).toEqual([]);
+  });
+
+  it('a record of a batch that keeps failing is dead-lettered to <topic>.dlq, then the partition goes on in order', async () => {
+    const topic = uniqueName('batch-dlq');
+    const name = uniqueName('batch-dlq-consumer');
+    await createTopic(admin, topic, 1);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 20 }, (_, n) => ({ id: `d-${n}`, body: { n }, partition: 0 })),
+    );
+    const poison = 'd-5';
+    const reader = new DeadLetterReader(kafka, admin, `${topic}.dlq`);
+    const c = consumer(
+      name,
+      { topic },
+      {
+        maxAttempts: 2,
+        handler: async (message, ctx) => {
+          const raw = message.raw as { partition: number; message: { offset: string } };
+          await ctx.tx.query(
+            `INSERT INTO "${db.schema}".batch_effects (consumer, message_id, partition, record_offset, attempt)
+               VALUES ($1, $2, $3, $4, $5)`,
+            [name, message.id, raw.partition, raw.message.offset, message.deliveryAttempt],
+          );
+          if (message.id === poison) throw new Error('poison');
+        },
+      },
+    );
+    await c.start();
+    await reader.start();
+    try {
+      await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+      expect(await reader.list()).toEqual([
+        expect.objectContaining({ id: poison, reason: 'max-attempts', originalOffset: '5' }),
+      ]);
+      const offsets = (await effects(name)).map((r) => Number(r.record_offset));
+      expect(offsets, 'every record but the poison, in offset order').toEqual(
+        Array.from({ length: 20 }, (_, i) => i).filter((i) => i !== 5),
+      );
+    } finally {
+      await reader.stop();
+    }
   });
 });
