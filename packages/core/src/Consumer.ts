@@ -78,6 +78,8 @@ interface Prepared<TBody> extends Held {
 interface Slot<TBody> {
   gathering: Gathering<Prepared<TBody>>;
   index: number;
+  /** It was retried or released: it comes again, and what follows it must wait for it. */
+  notDone: boolean;
 }
 
 /** Thrown inside the transaction to roll back a claim whose attempts are used up. */
@@ -302,7 +304,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
 
   private async dispatch(delivery: Delivery, slot?: Slot<TBody>): Promise<void> {
     if (this.state !== 'running') {
-      slot?.gathering.skip(slot.index);
+      slot?.gathering.skip(slot.index, true);
       // Prefetched after stop() began: give it back now rather than let its lease run out.
       await this.release(delivery, { consumer: this.settings.name });
       return;
@@ -315,8 +317,9 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       // (the unsettled delivery returns when its lease lapses).
       this.log.error('unexpected pipeline error', { error });
     } finally {
-      // Settled before it joined its ordered batch (no ID, poison): the batch runs without it.
-      slot?.gathering.skip(slot.index);
+      // Settled before it joined its ordered batch: dead-lettered (no ID, poison), the batch
+      // runs without it; retried or released, the batch stops before it.
+      slot?.gathering.skip(slot.index, slot.notDone);
       this.inFlight--;
       this.wakeWaiters();
     }
@@ -330,10 +333,19 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private async dispatchInOrder(deliveries: readonly Delivery[]): Promise<void> {
     const gathering = new Gathering<Prepared<TBody>>(
       deliveries.length,
-      (batch) => this.runBatch(batch),
+      async (batch, heldBack) => {
+        // Behind one that comes again: given back, not run ahead of it (nor counted).
+        for (const entry of heldBack) await this.release(entry.delivery, entry.event);
+        if (batch.length > 0) await this.runBatch(batch);
+      },
       (error) => this.log.error('unexpected batch pipeline error', { error }),
     );
-    await Promise.all(deliveries.map((delivery, index) => this.dispatch(delivery, { gathering, index })));
+    await Promise.all(
+      deliveries.map((delivery, index) => {
+        const slot: Slot<TBody> = { gathering, index, notDone: false };
+        return this.dispatch(notingNotDone(delivery, slot), slot);
+      }),
+    );
   }
 
   // ------------------------------------------------------------------------------------
@@ -1038,6 +1050,24 @@ function isFirstDelivery(envelope: Delivery['envelope']): boolean {
   if (envelope.redelivered === true) return false;
   if (envelope.deliveryCount !== undefined) return envelope.deliveryCount <= 1;
   return envelope.redelivered === false;
+}
+
+/**
+ * The delivery with its retry and release noting on `slot` that it is not done, so an
+ * ordered batch it never joined stops before it (dispatchInOrder).
+ */
+function notingNotDone<TBody>(delivery: Delivery, slot: Slot<TBody>): Delivery {
+  return {
+    ...delivery,
+    retryLater: (delayMs, info) => {
+      slot.notDone = true;
+      return delivery.retryLater(delayMs, info);
+    },
+    release: () => {
+      slot.notDone = true;
+      return delivery.release();
+    },
+  };
 }
 
 /**

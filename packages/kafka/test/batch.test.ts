@@ -272,4 +272,33 @@ describe.skipIf(!brokers)('kafka batch path on a real broker', () => {
       await reader.stop();
     }
   });
+
+  // A record can fail before it joins its batch: a payloadFingerprint function that
+  // throws is a failed attempt settled in the pipeline's preparation. The records after it
+  // in the partition must not commit ahead of its retry either.
+  it('a record failing before it joins the batch holds back the records after it', async () => {
+    const topic = uniqueName('batch-prepare');
+    const name = uniqueName('batch-prepare-consumer');
+    await createTopic(admin, topic, 1);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 20 }, (_, n) => ({ id: `f-${n}`, body: { n }, partition: 0 })),
+    );
+    const c = consumer(
+      name,
+      { topic },
+      {
+        payloadFingerprint: (message) => {
+          if (message.id === 'f-5' && message.deliveryAttempt === 1)
+            throw new Error('fingerprint fails once');
+          return message.id;
+        },
+      },
+    );
+    await c.start();
+    await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+    const offsets = (await effects(name)).map((r) => Number(r.record_offset));
+    expect(offsets, 'committed in offset order').toEqual(Array.from({ length: 20 }, (_, i) => i));
+  });
 });
