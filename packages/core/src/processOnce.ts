@@ -133,9 +133,9 @@ export type OrderedBatchItemResult<T> = BatchItemResult<T> | { status: 'released
  * item). If an item throws, that transaction is rolled back and the batch runs again
  * with each item under its own savepoint: the failing item is rolled back to its
  * savepoint and its marker removed (its retry must not look like a duplicate), the
- * others commit together. Work before the failing item therefore runs twice in that
- * case — inside the transaction that is invisible; calls outside it must carry their
- * idempotency key, as for any retry.
+ * others commit together. The failing item is not run again (its first error stands);
+ * work before it runs twice in that case — inside the transaction that is invisible;
+ * calls outside it must carry their idempotency key, as for any retry.
  *
  * Items with an `orderingGroup` keep prefix semantics: the items after a failing one in
  * its group do not run and come back `released` (their claims undone), so nothing of the
@@ -177,18 +177,30 @@ export async function processBatchOnce<T, Tx = SqlClient>(
     // savepoints show which item is at fault. Outages and transient conflicts are not
     // an item's doing and propagate.
     if (!(error instanceof BatchItemFailed) && store.classifyError(error) !== 'other') throw error;
-    return runBatch(store, consumer, items, true);
+    return runBatch(store, consumer, items, true, error instanceof BatchItemFailed ? error : undefined);
   }
 }
 
-/** Rolls back the savepoint-free attempt when one item fails. */
-class BatchItemFailed extends Error {}
+/**
+ * Rolls back the savepoint-free attempt when one item fails. It carries the item and its
+ * error: the rerun does not run that item again (a run is an attempt, and a handler the
+ * stop deadline aborted must not start over).
+ */
+class BatchItemFailed extends Error {
+  constructor(
+    readonly index: number,
+    readonly error: unknown,
+  ) {
+    super('a batch item failed');
+  }
+}
 
 function runBatch<T, Tx>(
   store: IdempotencyStore<Tx>,
   consumer: string,
   items: readonly BatchItem<T, Tx>[],
   isolateItems: boolean,
+  knownFailure?: BatchItemFailed,
 ): Promise<OrderedBatchItemResult<T>[]> {
   return retryTransient(store, () =>
     store.transaction(async (tx) => {
@@ -217,14 +229,16 @@ function runBatch<T, Tx>(
           results.push({ status: 'duplicate' });
           continue;
         }
-        firstRun.set(item.messageId, results.length);
+        const index = results.length;
+        firstRun.set(item.messageId, index);
         try {
+          if (knownFailure?.index === index) throw knownFailure.error;
           const result = isolateItems ? await store.savepoint(tx, () => item.work(tx)) : await item.work(tx);
           results.push({ status: 'processed', result });
         } catch (error) {
           // The transaction itself is in trouble: let the whole batch fail (and retry).
           if (store.classifyError(error) !== 'other') throw error;
-          if (!isolateItems) throw new BatchItemFailed();
+          if (!isolateItems) throw new BatchItemFailed(index, error);
           await store.unclaim(tx, consumer, [item.messageId]);
           results.push({ status: 'failed', error });
           if (item.orderingGroup !== undefined) stalled.add(item.orderingGroup);

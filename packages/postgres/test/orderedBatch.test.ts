@@ -140,4 +140,31 @@ describe.skipIf(!hasPostgres)('processBatchOnce with ordering groups', () => {
     expect(results.map((r) => r.status)).toEqual(['processed', 'failed', 'processed']);
     expect(await effects()).toEqual(['a', 'c']);
   });
+
+  // A handler run is an attempt: running the failing item again in the savepoint rerun
+  // doubled its runs per attempt, and ran again a handler that had been aborted (stop).
+  it('runs a failing item once: the savepoint rerun reuses its error instead of running it again', async () => {
+    const { store, schema, effects } = await storeWithEffects();
+    const runs = new Map<string, number>();
+    const batch = items(
+      schema,
+      [
+        ['a', 'g'],
+        ['bad', 'g'],
+        ['c', 'h'],
+      ],
+      new Set(['bad']),
+    ).map((item) => ({
+      ...item,
+      work: async (tx: SqlClient) => {
+        runs.set(item.messageId, (runs.get(item.messageId) ?? 0) + 1);
+        await item.work(tx);
+      },
+    }));
+    const results = await processBatchOnce(store, 'c', batch);
+    expect(results.map((r) => r.status)).toEqual(['processed', 'failed', 'processed']);
+    expect((results[1] as { error: Error }).error.message).toBe('bad fails');
+    expect(runs.get('bad'), 'runs of the failing item').toBe(1);
+    expect(await effects()).toEqual(['a', 'c']);
+  });
 });
