@@ -4,15 +4,20 @@
 //
 //   raw            eachBatch, resolveOffset per record, commit per batch, no database
 //   raw+tx         the same plus one bare INSERT transaction per record (the effect alone)
+//   raw+marker     the same with the marker transaction written by hand (claim + effect)
 //   oncely         createKafkaConsumer, mode 'transactional' (ID table)
 //   oncely-offsets createKafkaConsumer, mode 'offsets'
+//   oncely-batch   createKafkaConsumer, mode 'transactional' with batch: { size: --batch-size }:
+//                  up to that many records of a partition in one transaction (one claim
+//                  statement), offsets committed after
 //
 // Reported as records/s and as ratios against raw+tx (the fair baseline: the same effect,
-// without the guarantee). The core has no batch path yet (`batch: { size }` in DESIGN §3
-// is not implemented), so every Oncely run is one transaction per record; a batched run
-// will be added when the core gets one.
+// without the guarantee).
 //
-//   node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4]
+//   node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4] [--batch-size 50]
+//
+// --concurrency is the partitions consumed at once in every run; oncely-batch gets
+// batch-size handler slots per such partition (its `concurrency`), so each can fill a batch.
 //
 // Needs PostgreSQL (DATABASE_URL) and a Kafka broker (KAFKA_BROKERS, default
 // 127.0.0.1:19092; started with test/emulators/kafka/start.sh when nothing answers there).
@@ -35,9 +40,19 @@ const { values: args } = parseArgs({
     messages: { type: 'string', default: '5000' },
     partitions: { type: 'string', default: '4' },
     concurrency: { type: 'string', default: '4' },
+    'batch-size': { type: 'string', default: '50' },
+    help: { type: 'boolean', default: false },
   },
 });
+if (args.help) {
+  console.log(
+    'node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4] [--batch-size 50]\n' +
+      'runs: raw, raw+tx, raw+marker, oncely, oncely-offsets, oncely-batch (see the header of this file)',
+  );
+  process.exit(0);
+}
 const N = Number(args.messages);
+const BATCH_SIZE = Number(args['batch-size']);
 const PARTITIONS = Number(args.partitions);
 const CONCURRENCY = Number(args.concurrency);
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -166,7 +181,8 @@ async function rawLoop(name, transaction) {
   return ms;
 }
 
-async function oncely(name, mode) {
+/** `batch`: the batch size, or undefined for one transaction per record. */
+async function oncely(name, mode, batch) {
   const topic = await fillTopic(name);
   const store = new PostgresStore({
     connectionString: DATABASE_URL,
@@ -177,10 +193,18 @@ async function oncely(name, mode) {
   const clock = timer();
   const consumer = createKafkaConsumer({
     name: `bench-${name}-${tag}`,
-    broker: { brokers, topic, fromBeginning: true, maxWaitTimeInMs: 200 },
+    broker: {
+      brokers,
+      topic,
+      fromBeginning: true,
+      maxWaitTimeInMs: 200,
+      partitionsConsumedConcurrently: CONCURRENCY,
+    },
     store,
     mode,
-    concurrency: CONCURRENCY,
+    ...(batch
+      ? { batch: { size: batch }, concurrency: batch * Math.min(CONCURRENCY, PARTITIONS) }
+      : { concurrency: CONCURRENCY }),
     logger: silentLogger,
     handler: async (message, ctx) => {
       await ctx.tx.query(`INSERT INTO "${schema}".effects (message_id, n) VALUES ($1, $2)`, [message.id, 40]);
@@ -203,6 +227,7 @@ try {
     ['raw+marker', () => rawLoop('rawmarker', 'marker')],
     ['oncely', () => oncely('oncely', 'transactional')],
     ['oncely-offsets', () => oncely('offsets', 'offsets')],
+    ['oncely-batch', () => oncely('batch', 'transactional', BATCH_SIZE)],
   ]) {
     const ms = await run();
     results.push({ label, ms, perSecond: Math.round((N / ms) * 1000) });
@@ -233,6 +258,7 @@ console.log(
     messages: N,
     partitions: PARTITIONS,
     concurrency: CONCURRENCY,
+    batchSize: BATCH_SIZE,
     results,
     attemptsRows,
   }),

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { Batcher } from './Batcher.js';
+import { Batcher, Gathering } from './Batcher.js';
 import { retryDelayMs } from './backoff.js';
 import { decodeBody } from './body.js';
 import { CONSUMER_DEFAULTS, DEFAULT_BATCH_MAX_WAIT_MS, validateConsumerConfig } from './config.js';
@@ -72,6 +72,14 @@ interface Prepared<TBody> extends Held {
   message: Message<TBody>;
   /** With `payloadFingerprint`: this delivery's fingerprint, stored with its marker. */
   fingerprint?: string;
+}
+
+/** A delivery's place in an ordered batch (`dispatchInOrder`). */
+interface Slot<TBody> {
+  gathering: Gathering<Prepared<TBody>>;
+  index: number;
+  /** It was retried or released: it comes again, and what follows it must wait for it. */
+  notDone: boolean;
 }
 
 /** Thrown inside the transaction to roll back a claim whose attempts are used up. */
@@ -267,6 +275,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       stopping: this.stopping.signal,
       whenReady: () => this.whenReady(),
       dispatch: (delivery) => this.dispatch(delivery),
+      batchSize: this.settings.batch?.size,
+      dispatchInOrder: (deliveries) => this.dispatchInOrder(deliveries),
       reportError: (error, context) => this.log.warn(`broker: ${context}`, { error }),
     };
   }
@@ -292,30 +302,57 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     for (const wake of this.waiters.splice(0)) wake();
   }
 
-  private async dispatch(delivery: Delivery): Promise<void> {
+  private async dispatch(delivery: Delivery, slot?: Slot<TBody>): Promise<void> {
     if (this.state !== 'running') {
+      slot?.gathering.skip(slot.index, true);
       // Prefetched after stop() began: give it back now rather than let its lease run out.
       await this.release(delivery, { consumer: this.settings.name });
       return;
     }
     this.inFlight++;
     try {
-      await this.telemetry.aroundDelivery(delivery, () => this.handleDelivery(delivery));
+      await this.telemetry.aroundDelivery(delivery, () => this.handleDelivery(delivery, slot));
     } catch (error) {
       // handleDelivery settles everything itself; reaching here is a bug, never a lost message
       // (the unsettled delivery returns when its lease lapses).
       this.log.error('unexpected pipeline error', { error });
     } finally {
+      // Settled before it joined its ordered batch: dead-lettered (no ID, poison), the batch
+      // runs without it; retried or released, the batch stops before it.
+      slot?.gathering.skip(slot.index, slot.notDone);
       this.inFlight--;
       this.wakeWaiters();
     }
+  }
+
+  /**
+   * Deliveries that must take effect in order (one Kafka partition's records) as one
+   * batch, in their order whatever order they finish preparing in: one transaction, and
+   * what follows a failed one in its ordering group is released (processBatchOnce).
+   */
+  private async dispatchInOrder(deliveries: readonly Delivery[]): Promise<void> {
+    const gathering = new Gathering<Prepared<TBody>>(
+      deliveries.length,
+      async (batch, heldBack) => {
+        // Behind one that comes again: given back, not run ahead of it (nor counted).
+        for (const entry of heldBack) await this.release(entry.delivery, entry.event);
+        if (batch.length > 0) await this.runBatch(batch);
+      },
+      (error) => this.log.error('unexpected batch pipeline error', { error }),
+    );
+    await Promise.all(
+      deliveries.map((delivery, index) => {
+        const slot: Slot<TBody> = { gathering, index, notDone: false };
+        return this.dispatch(notingNotDone(delivery, slot), slot);
+      }),
+    );
   }
 
   // ------------------------------------------------------------------------------------
   // The pipeline for one delivery
   // ------------------------------------------------------------------------------------
 
-  private async handleDelivery(delivery: Delivery): Promise<void> {
+  private async handleDelivery(delivery: Delivery, slot?: Slot<TBody>): Promise<void> {
     const messageId = resolveMessageId(this.settings.idStrategy, delivery.envelope);
     this.telemetry.identified(delivery, messageId);
     const base: ConsumerEvent = { consumer: this.settings.name, messageId };
@@ -343,6 +380,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       const held: Held = { delivery, keeper, event: base };
       const prepared = await this.prepare(held, key);
       if (!prepared) return;
+      if (slot) {
+        await slot.gathering.add(slot.index, prepared);
+        return;
+      }
       if (this.batcher) {
         await this.batcher.add(prepared);
         return;
@@ -369,11 +410,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   }
 
   /** `transactional` and `offsets` modes, one delivery: its own transaction, then its settlement. */
-  private async runOne(prepared: Prepared<TBody>): Promise<void> {
+  private async runOne(prepared: Prepared<TBody>): Promise<Outcome | undefined> {
     const started = Date.now();
     const outcome = await this.withStore([prepared], prepared.event, () => this.runTransactional(prepared));
-    if (outcome === undefined) return;
+    if (outcome === undefined) return undefined;
     await this.conclude(outcome, prepared.delivery, { ...prepared.event, durationMs: Date.now() - started });
+    return outcome;
   }
 
   /**
@@ -437,7 +479,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       // committed. Each message then runs in a transaction of its own, so only the one at
       // fault fails and its healthy neighbours are neither stranded nor dead-lettered.
       this.log.warn('batch transaction failed as a whole: running its messages one by one', { error });
-      for (const entry of batch) await this.runOne(entry);
+      await this.runOneByOne(batch);
       return;
     }
     if (outcomes === undefined) return;
@@ -447,6 +489,24 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     );
   }
 
+  /**
+   * A batch's messages, each in its own transaction, in order. An ordered one behind a
+   * message of its group that did not go through is released, as in one transaction.
+   */
+  private async runOneByOne(batch: readonly Prepared<TBody>[]): Promise<void> {
+    const stalled = new Set<string>();
+    for (const entry of batch) {
+      const group = orderingGroupOf(entry.delivery.envelope);
+      if (group !== undefined && stalled.has(group)) {
+        await this.release(entry.delivery, entry.event);
+        continue;
+      }
+      const outcome = await this.runOne(entry);
+      const wentThrough = outcome !== undefined && !['failed', 'release', 'busy'].includes(outcome.kind);
+      if (group !== undefined && !wentThrough) stalled.add(group);
+    }
+  }
+
   private async batchOutcomes(batch: readonly Prepared<TBody>[]): Promise<Outcome[]> {
     const results = await processBatchOnce(
       this.store,
@@ -454,6 +514,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       batch.map((entry) => ({
         messageId: entry.key.messageId,
         fingerprint: entry.fingerprint,
+        orderingGroup: orderingGroupOf(entry.delivery.envelope),
         work: (tx: Tx) =>
           // The batch runs in whichever delivery's context filled it: each handler gets its own span.
           this.telemetry.within(entry.delivery, async () => {
@@ -465,6 +526,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     return results.map((result): Outcome => {
       if (result.status === 'duplicate' && result.payloadMismatch)
         return { kind: 'mismatch', mismatch: result.payloadMismatch };
+      // Behind a failure in its ordering group: given back, not counted as an attempt.
+      if (result.status === 'released') return { kind: 'release' };
       if (result.status !== 'failed') return { kind: result.status };
       if (result.error instanceof AttemptsExhausted) return { kind: 'exhausted' };
       if (result.error instanceof ReleaseRequested) return { kind: 'release' };
@@ -987,6 +1050,33 @@ function isFirstDelivery(envelope: Delivery['envelope']): boolean {
   if (envelope.redelivered === true) return false;
   if (envelope.deliveryCount !== undefined) return envelope.deliveryCount <= 1;
   return envelope.redelivered === false;
+}
+
+/**
+ * The delivery with its retry and release noting on `slot` that it is not done, so an
+ * ordered batch it never joined stops before it (dispatchInOrder).
+ */
+function notingNotDone<TBody>(delivery: Delivery, slot: Slot<TBody>): Delivery {
+  return {
+    ...delivery,
+    retryLater: (delayMs, info) => {
+      slot.notDone = true;
+      return delivery.retryLater(delayMs, info);
+    },
+    release: () => {
+      slot.notDone = true;
+      return delivery.release();
+    },
+  };
+}
+
+/**
+ * The ordering group of a delivery from an ordered log (a Kafka partition): its records
+ * must take effect in offset order. Undefined for a broker without offsets.
+ */
+function orderingGroupOf(envelope: Delivery['envelope']): string | undefined {
+  const { offset } = envelope;
+  return offset === undefined ? undefined : `${offset.topic}\u0000${offset.partition}`;
 }
 
 function isShutdown(signal: AbortSignal): boolean {

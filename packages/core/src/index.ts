@@ -48,7 +48,13 @@ export {
   publishInTransaction,
   toOutboxWrite,
 } from './outbox.js';
-export type { BatchItem, BatchItemResult, ProcessOnceOptions, ProcessOnceResult } from './processOnce.js';
+export type {
+  BatchItem,
+  BatchItemResult,
+  OrderedBatchItemResult,
+  ProcessOnceOptions,
+  ProcessOnceResult,
+} from './processOnce.js';
 export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
 export type { TelemetryConfig } from './telemetry.js';
 export { extractTraceContext, INSTRUMENTATION_SCOPE, traceHeaders } from './telemetry.js';

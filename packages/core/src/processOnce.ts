@@ -105,10 +105,24 @@ export interface BatchItem<T, Tx = SqlClient> {
   work: (tx: Tx) => Promise<T>;
   /** Stored with the marker and compared on a duplicate, as in {@link ProcessOnceOptions}. */
   fingerprint?: string;
+  /**
+   * Items of one group must take effect in input order (a Kafka partition): once one
+   * fails, the items after it in its group are `released` instead of committing ahead of
+   * its retry.
+   * @default none (the item is independent of the others)
+   */
+  orderingGroup?: string;
 }
 
 /** Outcome of one batch item: like {@link ProcessOnceResult}, or `failed` with the item's error. */
 export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; error: unknown };
+
+/**
+ * Outcome of one item of a batch with ordering groups: a {@link BatchItemResult}, or
+ * `released`: not run (or rolled back) because an earlier item of its group failed;
+ * nothing of it committed and it was no failure of its own.
+ */
+export type OrderedBatchItemResult<T> = BatchItemResult<T> | { status: 'released' };
 
 /**
  * The batch fast path: one transaction and one claim statement for many messages.
@@ -119,9 +133,13 @@ export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; erro
  * item). If an item throws, that transaction is rolled back and the batch runs again
  * with each item under its own savepoint: the failing item is rolled back to its
  * savepoint and its marker removed (its retry must not look like a duplicate), the
- * others commit together. Work before the failing item therefore runs twice in that
- * case — inside the transaction that is invisible; calls outside it must carry their
- * idempotency key, as for any retry.
+ * others commit together. The failing item is not run again (its first error stands);
+ * work before it runs twice in that case — inside the transaction that is invisible;
+ * calls outside it must carry their idempotency key, as for any retry.
+ *
+ * Items with an `orderingGroup` keep prefix semantics: the items after a failing one in
+ * its group do not run and come back `released` (their claims undone), so nothing of the
+ * group commits ahead of the failed item's retry. Other groups are unaffected.
  *
  * Errors the store classifies as transient or unavailable abort the whole batch (nothing
  * commits): transient ones are retried here, unavailable ones are thrown.
@@ -137,8 +155,18 @@ export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; erro
 export async function processBatchOnce<T, Tx = SqlClient>(
   store: IdempotencyStore<Tx>,
   consumer: string,
+  items: readonly (BatchItem<T, Tx> & { orderingGroup?: undefined })[],
+): Promise<BatchItemResult<T>[]>;
+export async function processBatchOnce<T, Tx = SqlClient>(
+  store: IdempotencyStore<Tx>,
+  consumer: string,
   items: readonly BatchItem<T, Tx>[],
-): Promise<BatchItemResult<T>[]> {
+): Promise<OrderedBatchItemResult<T>[]>;
+export async function processBatchOnce<T, Tx = SqlClient>(
+  store: IdempotencyStore<Tx>,
+  consumer: string,
+  items: readonly BatchItem<T, Tx>[],
+): Promise<OrderedBatchItemResult<T>[]> {
   if (items.length === 0) return [];
   if (items.some((item) => item.fingerprint !== undefined)) fingerprintStore(store);
   try {
@@ -149,27 +177,51 @@ export async function processBatchOnce<T, Tx = SqlClient>(
     // savepoints show which item is at fault. Outages and transient conflicts are not
     // an item's doing and propagate.
     if (!(error instanceof BatchItemFailed) && store.classifyError(error) !== 'other') throw error;
-    return runBatch(store, consumer, items, true);
+    return runBatch(store, consumer, items, true, error instanceof BatchItemFailed ? error : undefined);
   }
 }
 
-/** Rolls back the savepoint-free attempt when one item fails. */
-class BatchItemFailed extends Error {}
+/**
+ * Rolls back the savepoint-free attempt when one item fails. It carries the item and its
+ * error: the rerun does not run that item again (a run is an attempt, and a handler the
+ * stop deadline aborted must not start over).
+ */
+class BatchItemFailed extends Error {
+  constructor(
+    readonly index: number,
+    readonly error: unknown,
+  ) {
+    super('a batch item failed');
+  }
+}
 
 function runBatch<T, Tx>(
   store: IdempotencyStore<Tx>,
   consumer: string,
   items: readonly BatchItem<T, Tx>[],
   isolateItems: boolean,
-): Promise<BatchItemResult<T>[]> {
+  knownFailure?: BatchItemFailed,
+): Promise<OrderedBatchItemResult<T>[]> {
   return retryTransient(store, () =>
     store.transaction(async (tx) => {
       const claimed = new Set(await claimAll(store, tx, consumer, items));
-      const results: BatchItemResult<T>[] = [];
+      const results: OrderedBatchItemResult<T>[] = [];
       /** Where each ID this batch claimed first ran, for its repeats further on. */
       const firstRun = new Map<string, number>();
       const repeats: Array<[repeat: number, first: number]> = [];
+      /** Ordering groups with a failed item: what follows it in the group is released. */
+      const stalled = new Set<string>();
+      const released: string[] = [];
       for (const item of items) {
+        if (item.orderingGroup !== undefined && stalled.has(item.orderingGroup)) {
+          // Behind a failure in its group: committing it would overtake the failed item's retry.
+          if (claimed.delete(item.messageId)) {
+            firstRun.set(item.messageId, results.length);
+            released.push(item.messageId);
+          }
+          results.push({ status: 'released' });
+          continue;
+        }
         // Taking the ID out makes a second occurrence in the same batch a duplicate.
         if (!claimed.delete(item.messageId)) {
           const first = firstRun.get(item.messageId);
@@ -177,22 +229,28 @@ function runBatch<T, Tx>(
           results.push({ status: 'duplicate' });
           continue;
         }
-        firstRun.set(item.messageId, results.length);
+        const index = results.length;
+        firstRun.set(item.messageId, index);
         try {
+          if (knownFailure?.index === index) throw knownFailure.error;
           const result = isolateItems ? await store.savepoint(tx, () => item.work(tx)) : await item.work(tx);
           results.push({ status: 'processed', result });
         } catch (error) {
           // The transaction itself is in trouble: let the whole batch fail (and retry).
           if (store.classifyError(error) !== 'other') throw error;
-          if (!isolateItems) throw new BatchItemFailed();
+          if (!isolateItems) throw new BatchItemFailed(index, error);
           await store.unclaim(tx, consumer, [item.messageId]);
           results.push({ status: 'failed', error });
+          if (item.orderingGroup !== undefined) stalled.add(item.orderingGroup);
         }
       }
-      // A repeat is a duplicate only of a copy that commits. When the first copy failed,
-      // no marker exists and acking the repeat would lose the message: it fails with it.
+      if (released.length > 0) await store.unclaim(tx, consumer, released);
+      // A repeat is a duplicate only of a copy that commits. When the first copy failed
+      // (or was released), no marker exists and acking the repeat would lose the message:
+      // it shares the first copy's outcome.
       for (const [repeat, first] of repeats) {
-        if (results[first]!.status === 'failed') results[repeat] = results[first]!;
+        const status = results[first]!.status;
+        if (status === 'failed' || status === 'released') results[repeat] = results[first]!;
         else results[repeat] = { status: 'duplicate', ...repeatMismatch(items[first]!, items[repeat]!) };
       }
       await compareStoredFingerprints(store, tx, consumer, items, results, firstRun);
@@ -241,12 +299,18 @@ async function compareStoredFingerprints<T, Tx>(
   tx: Tx,
   consumer: string,
   items: readonly BatchItem<T, Tx>[],
-  results: BatchItemResult<T>[],
+  results: OrderedBatchItemResult<T>[],
   firstRun: ReadonlyMap<string, number>,
 ): Promise<void> {
   const earlier = items
     .map((item, index) => ({ item, index }))
-    .filter(({ item }) => item.fingerprint !== undefined && !firstRun.has(item.messageId));
+    .filter(
+      ({ item, index }) =>
+        // A released item behind a failure in its group stays released.
+        item.fingerprint !== undefined &&
+        !firstRun.has(item.messageId) &&
+        results[index]!.status === 'duplicate',
+    );
   if (earlier.length === 0) return;
   const stored = await fingerprintStore(store).read(
     consumer,

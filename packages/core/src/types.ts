@@ -347,6 +347,18 @@ export interface AdapterRuntime {
   whenReady(): Promise<number>;
   /** Hands a delivery to the pipeline; resolves once it has been settled. Never rejects. */
   dispatch(delivery: Delivery): Promise<void>;
+  /**
+   * With the consumer's `batch` option: its size, the most deliveries `dispatchInOrder`
+   * runs in one transaction. Undefined without it.
+   */
+  readonly batchSize?: number;
+  /**
+   * Hands deliveries that must take effect in this order (one Kafka partition's records,
+   * by offset) to the pipeline as one batch: one transaction for all of them. When one
+   * fails, those after it are released (nothing of them commits ahead of its retry).
+   * Resolves once every one has been settled. Never rejects.
+   */
+  dispatchInOrder?(deliveries: readonly Delivery[]): Promise<void>;
   /** Aborts when `stop()` is called: stop fetching. */
   readonly stopping: AbortSignal;
   /** Reports a broker-side failure the adapter recovered from (reconnects and the like). */

@@ -466,14 +466,17 @@ export class KafkaAdapter implements BrokerAdapter {
     /** Next offset after the records of this batch that are done (the commit point). */
     let doneNext: bigint | undefined;
     let lastCommitAt = Date.now();
+    const { messages } = batch;
     try {
-      for (const message of batch.messages) {
+      for (let index = 0; index < messages.length; ) {
+        const message = messages[index]!;
         if (mustLeave()) break;
         const offset = BigInt(message.offset);
         if (storedNext !== undefined && offset < storedNext) {
           // offsets mode: an earlier owner applied it (its transaction stored a later next offset).
           resolveOffset(message.offset);
           doneNext = offset + 1n;
+          index++;
           continue;
         }
         // A retry backoff still running (the kafkajs pause that held it is gone when
@@ -484,21 +487,31 @@ export class KafkaAdapter implements BrokerAdapter {
           break;
         }
         if (!(await this.waitForSlot(heartbeat, mustLeave))) break;
-        let settlement: Settlement;
+        const window = [message, ...this.reserveMore(messages, index + 1, storedNext)];
+        let settlements: Settlement[];
         try {
           if (mustLeave()) break;
-          settlement = await this.deliver(batch, message, payload, generation);
+          settlements =
+            runtime.batchSize === undefined || !runtime.dispatchInOrder
+              ? [await this.deliver(batch, message, payload, generation)]
+              : await this.deliverInOrder(batch, window, payload, generation);
         } finally {
-          this.freeSlot();
+          this.freeSlots(window.length);
         }
-        if (settlement.kind !== 'done') {
-          this.holdPartition(settlement, payload);
+        // The done prefix only: the first record not done holds the partition, and the
+        // ones after it (released by the core) are fetched again after it.
+        const done = settlements.findIndex((settlement) => settlement.kind !== 'done');
+        for (const record of done === -1 ? window : window.slice(0, done)) {
+          resolveOffset(record.offset);
+          doneNext = BigInt(record.offset) + 1n;
+        }
+        if (done !== -1) {
+          this.holdPartition(settlements[done]!, payload);
           break;
         }
-        resolveOffset(message.offset);
-        doneNext = offset + 1n;
+        index += window.length;
         await heartbeat();
-        if (Date.now() - lastCommitAt >= this.config.commitIntervalMs) {
+        if (doneNext !== undefined && Date.now() - lastCommitAt >= this.config.commitIntervalMs) {
           await this.commit(generation, partition, doneNext, isStale);
           lastCommitAt = Date.now();
         }
@@ -620,8 +633,31 @@ export class KafkaAdapter implements BrokerAdapter {
     return new Promise((resolve) => this.slotWaiters.push(() => resolve('freed')));
   }
 
-  private freeSlot(): void {
-    this.inFlight--;
+  /**
+   * With the consumer's `batch` option: slots for up to `batchSize - 1` more records of
+   * the partition after `from`, taken only while free (never waited for), so a partition's
+   * records run in one transaction. Stops at a record `offsets` mode would skip.
+   */
+  private reserveMore(
+    messages: KafkaMessage[],
+    from: number,
+    storedNext: bigint | undefined,
+  ): KafkaMessage[] {
+    const runtime = this.runtime!;
+    const more: KafkaMessage[] = [];
+    if (runtime.batchSize === undefined) return more;
+    for (let i = from; i < messages.length && more.length < runtime.batchSize - 1; i++) {
+      if (this.inFlight >= runtime.concurrency) break;
+      const message = messages[i]!;
+      if (storedNext !== undefined && BigInt(message.offset) < storedNext) break;
+      this.inFlight++;
+      more.push(message);
+    }
+    return more;
+  }
+
+  private freeSlots(count: number): void {
+    this.inFlight -= count;
     this.wakeSlotWaiters();
   }
 
@@ -635,6 +671,40 @@ export class KafkaAdapter implements BrokerAdapter {
     payload: EachBatchPayload,
     generation: Generation,
   ): Promise<Settlement> {
+    const { delivery, settlement } = this.toDelivery(batch, message, payload, generation);
+    // close() abandons a handler that outlives its wait: the record stays uncommitted.
+    await Promise.race([this.runtime!.dispatch(delivery), this.abandoned]);
+    return settlement();
+  }
+
+  /**
+   * Records of one partition, in offset order, as one batch of the core: one transaction
+   * for all of them; what follows a failed record is released (not committed before it).
+   */
+  private async deliverInOrder(
+    batch: Batch,
+    messages: KafkaMessage[],
+    payload: EachBatchPayload,
+    generation: Generation,
+  ): Promise<Settlement[]> {
+    const deliveries = messages.map((message) => this.toDelivery(batch, message, payload, generation));
+    await Promise.race([
+      this.runtime!.dispatchInOrder!(deliveries.map(({ delivery }) => delivery)),
+      this.abandoned,
+    ]);
+    return deliveries.map(({ settlement }) => settlement());
+  }
+
+  /**
+   * A record as a Delivery. `settlement()` closes it: a settle call after that (a handler
+   * close() abandoned) changes nothing, and an unsettled record is `unsettled`.
+   */
+  private toDelivery(
+    batch: Batch,
+    message: KafkaMessage,
+    payload: EachBatchPayload,
+    generation: Generation,
+  ): { delivery: Delivery; settlement: () => Settlement } {
     let settlement: Settlement | undefined;
     let open = true;
     const settle = (value: Settlement) => {
@@ -656,10 +726,13 @@ export class KafkaAdapter implements BrokerAdapter {
       release: async () => settle({ kind: 'release' }),
       extendLease: async () => this.extendLease(payload, generation),
     };
-    // close() abandons a handler that outlives its wait: the record stays uncommitted.
-    await Promise.race([this.runtime!.dispatch(delivery), this.abandoned]);
-    open = false;
-    return settlement ?? { kind: 'unsettled' };
+    return {
+      delivery,
+      settlement: () => {
+        open = false;
+        return settlement ?? { kind: 'unsettled' };
+      },
+    };
   }
 
   /**

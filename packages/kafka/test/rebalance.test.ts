@@ -8,6 +8,8 @@
  *   again and skips them through the processed-ID table (duplicate events).
  * - offsets: the survivor seeks past / skips what the store says was applied, and the
  *   conditional upsert refuses anything the dead member already applied.
+ * - transactional with `batch`: the victim dies with batches of a partition's records
+ *   in flight (one transaction each); the survivor skips the ones that committed.
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -108,93 +110,93 @@ describe.skipIf(!brokers)('rebalance: a group member SIGKILLed mid-batch', () =>
     await db?.close(passed);
   });
 
-  it.each<ProcessingMode>(['transactional', 'offsets'])(
-    '%s mode: the survivor takes over, every record applied exactly once',
-    async (mode) => {
-      const topic = uniqueName(`rebalance-${mode}`);
-      const name = uniqueName(`rebalance-${mode}-consumer`);
-      await createTopic(admin, topic, 4);
-      const plan = {
-        brokers,
-        topic,
-        groupId: name,
-        name,
-        mode,
-        databaseUrl: DATABASE_URL,
-        schema: db.schema,
-        table: db.table,
-        sessionTimeout: 3000,
-        concurrency: 2,
-        handlerDelayMs: 15,
-        // Commits only when a batch ends: the victim dies holding applied, uncommitted records.
-        commitIntervalMs: 60_000,
-        maxLifetimeMs: 110_000,
-      };
-      const victim = startMember('victim', plan);
-      members.push(victim);
-      await ready(victim);
-      const survivor = startMember('survivor', plan);
-      members.push(survivor);
-      await ready(survivor);
+  it.each<{ label: string; mode: ProcessingMode; batch?: number }>([
+    { label: 'transactional mode', mode: 'transactional' },
+    { label: 'offsets mode', mode: 'offsets' },
+    { label: 'transactional mode with batch', mode: 'transactional', batch: 10 },
+  ])('$label: the survivor takes over, every record applied exactly once', async ({ mode, batch }) => {
+    const topic = uniqueName(`rebalance-${mode}`);
+    const name = uniqueName(`rebalance-${mode}-consumer`);
+    await createTopic(admin, topic, 4);
+    const plan = {
+      brokers,
+      topic,
+      groupId: name,
+      name,
+      mode,
+      databaseUrl: DATABASE_URL,
+      schema: db.schema,
+      table: db.table,
+      sessionTimeout: 3000,
+      // With batch: room for a batch of each of the member's partitions at once.
+      ...(batch ? { batch, concurrency: batch * 2 } : { concurrency: 2 }),
+      handlerDelayMs: 15,
+      // Commits only when a batch ends: the victim dies holding applied, uncommitted records.
+      commitIntervalMs: 60_000,
+      maxLifetimeMs: 110_000,
+    };
+    const victim = startMember('victim', plan);
+    members.push(victim);
+    await ready(victim);
+    const survivor = startMember('survivor', plan);
+    members.push(survivor);
+    await ready(survivor);
 
-      const ids = Array.from({ length: 300 }, (_, n) => `${mode}-${n}`);
-      await publish(
-        producer,
-        topic,
-        ids.map((id, n) => ({ id, body: { n }, partition: n % 4 })),
-      );
-      await until(
-        'both members applying records',
-        () => victim.processed.length >= 20 && survivor.processed.length >= 5,
-      );
-      victim.child.kill('SIGKILL');
-      await victim.exited;
-      const victimApplied = (await db.rows()).filter(
-        (r) => r.consumer === 'victim' && ids.includes(r.message_id),
-      );
-      expect(victimApplied.length, 'records the victim applied before it died').toBeGreaterThanOrEqual(20);
+    const ids = Array.from({ length: 300 }, (_, n) => `${mode}${batch ? '-batch' : ''}-${n}`);
+    await publish(
+      producer,
+      topic,
+      ids.map((id, n) => ({ id, body: { n }, partition: n % 4 })),
+    );
+    await until(
+      'both members applying records',
+      () => victim.processed.length >= 20 && survivor.processed.length >= 5,
+    );
+    victim.child.kill('SIGKILL');
+    await victim.exited;
+    const victimApplied = (await db.rows()).filter(
+      (r) => r.consumer === 'victim' && ids.includes(r.message_id),
+    );
+    expect(victimApplied.length, 'records the victim applied before it died').toBeGreaterThanOrEqual(20);
 
-      await until(
-        'every record applied',
-        async () => {
-          const counts = await db.effectCounts();
-          return ids.every((id) => counts.has(id));
-        },
-        60_000,
-      );
-      await until(
-        'the group to commit everything',
-        async () => (await groupLag(admin, name, topic)) === 0,
-        30_000,
-      );
-      const counts = await db.effectCounts();
-      const wrong = ids.filter((id) => counts.get(id) !== 1).map((id) => `${id}=${counts.get(id)}`);
-      expect(wrong, 'records without exactly one effect').toEqual([]);
-      const rows = (await db.rows()).filter((r) => ids.includes(r.message_id));
-      const survivorTookOver = rows.filter(
-        (r) => r.consumer === 'survivor' && victimApplied.some((v) => v.partition === r.partition),
-      );
+    await until(
+      'every record applied',
+      async () => {
+        const counts = await db.effectCounts();
+        return ids.every((id) => counts.has(id));
+      },
+      60_000,
+    );
+    await until(
+      'the group to commit everything',
+      async () => (await groupLag(admin, name, topic)) === 0,
+      30_000,
+    );
+    const counts = await db.effectCounts();
+    const wrong = ids.filter((id) => counts.get(id) !== 1).map((id) => `${id}=${counts.get(id)}`);
+    expect(wrong, 'records without exactly one effect').toEqual([]);
+    const rows = (await db.rows()).filter((r) => ids.includes(r.message_id));
+    const survivorTookOver = rows.filter(
+      (r) => r.consumer === 'survivor' && victimApplied.some((v) => v.partition === r.partition),
+    );
+    expect(
+      survivorTookOver.length,
+      "records the survivor applied on the victim's partitions",
+    ).toBeGreaterThan(0);
+    if (mode === 'transactional') {
+      // The victim's applied-but-uncommitted records came back and were skipped.
+      const redelivered = survivor.duplicates.filter((id) => victimApplied.some((v) => v.message_id === id));
       expect(
-        survivorTookOver.length,
-        "records the survivor applied on the victim's partitions",
+        redelivered.length,
+        "the victim's uncommitted records redelivered as duplicates",
       ).toBeGreaterThan(0);
-      if (mode === 'transactional') {
-        // The victim's applied-but-uncommitted records came back and were skipped.
-        const redelivered = survivor.duplicates.filter((id) =>
-          victimApplied.some((v) => v.message_id === id),
-        );
-        expect(
-          redelivered.length,
-          "the victim's uncommitted records redelivered as duplicates",
-        ).toBeGreaterThan(0);
-      } else {
-        const ends = await admin.fetchTopicOffsets(topic);
-        expect(Object.fromEntries(await db.store.offsets.read(name, topic))).toEqual(
-          Object.fromEntries(ends.map((e) => [e.partition, e.high])),
-        );
-      }
-      survivor.child.send({ type: 'stop' });
-      expect(await survivor.exited, 'survivor exit code after a graceful stop').toBe(0);
-    },
-  );
+    } else {
+      const ends = await admin.fetchTopicOffsets(topic);
+      expect(Object.fromEntries(await db.store.offsets.read(name, topic))).toEqual(
+        Object.fromEntries(ends.map((e) => [e.partition, e.high])),
+      );
+    }
+    survivor.child.send({ type: 'stop' });
+    expect(await survivor.exited, 'survivor exit code after a graceful stop').toBe(0);
+  });
 });

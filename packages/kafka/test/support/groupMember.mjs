@@ -28,6 +28,7 @@ const consumer = createKafkaConsumer({
   store,
   mode: plan.mode,
   concurrency: plan.concurrency,
+  ...(plan.batch ? { batch: { size: plan.batch } } : {}),
   logger: silentLogger,
   handler: async (message, ctx) => {
     await ctx.tx.query(
