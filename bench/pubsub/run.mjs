@@ -5,6 +5,10 @@
 //
 //   node bench/pubsub/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 8]
 //
+// Every subscription has the recommended dead-letter policy (maxDeliveryAttempts 10, above
+// the default maxAttempts 5), so the service sends deliveryAttempt (1 on a first delivery)
+// and the core counts no run up front — except the `oncely no policy` variant's.
+//
 // Variants (each round drains a freshly filled subscription of its own, in rotated order):
 //   raw           subscription.on('message') with flowControl { maxMessages: concurrency,
 //                 allowExcessMessages: false }, one stream, acks batched over 5 ms (as the
@@ -13,6 +17,10 @@
 //                 (consumer, message-id) marker ON CONFLICT DO NOTHING; if it was new, the
 //                 business INSERT; COMMIT; then ack — what Oncely does, without Oncely
 //   oncely        createPubSubConsumer + PostgresStore; the handler does the same INSERT
+//   oncely no policy  the same on a subscription without a dead-letter policy: the
+//                 service sends no deliveryAttempt, so the core counts every run up front
+//                 (store.recordAttempt, one extra commit per message; its attempts rows
+//                 are reported apart)
 //   oncely batch  the same consumer with `batch: { size }`
 // The emulator runs in this process, so its CPU is on the same event loop for every variant.
 import { PubSub } from '@google-cloud/pubsub';
@@ -20,6 +28,7 @@ import { silentLogger } from '@oncely/core';
 import { startPubSubEmulator } from '@oncely/emulators/pubsub';
 import { PostgresStore } from '@oncely/postgres';
 import { createPubSubConsumer } from '@oncely/pubsub';
+import pg from 'pg';
 import {
   brokerResult,
   measureConsumer,
@@ -36,14 +45,7 @@ import {
   runMain,
   uniqueTag,
 } from '../lib/common.mjs';
-import {
-  benchPool,
-  businessInsert,
-  countAttempts,
-  createBenchSchema,
-  dropSchema,
-  fillPool,
-} from '../lib/pg.mjs';
+import { benchPool, businessInsert, createBenchSchema, dropSchema, fillPool } from '../lib/pg.mjs';
 import { LatencyRecorder } from '../lib/stats.mjs';
 
 const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
@@ -55,16 +57,36 @@ const WARMUP = Math.min(N, 300);
 const tag = uniqueTag();
 const schema = `bench_pubsub_${tag}`;
 const PROJECT = 'bench';
+/** Above the core's default maxAttempts (5): Oncely dead-letters first, with its reason. */
+const MAX_DELIVERY_ATTEMPTS = 10;
+/** In the consumer name of every `oncely no policy` run; the measured ones start with the prefix. */
+const NO_POLICY_MARK = 'nopolicy-';
+const NO_POLICY_PREFIX = `bench-${NO_POLICY_MARK}`;
+
+let deadLetterTopic;
 
 let emulator;
 let pubsub;
 const created = [];
 
-/** A new topic and subscription holding `count` messages with a `message-id` attribute. */
-async function filledSubscription(variant, count) {
+/**
+ * A new topic and subscription holding `count` messages with a `message-id` attribute;
+ * the subscription has the recommended dead-letter policy unless `deadLetterPolicy` is false.
+ */
+async function filledSubscription(variant, count, { deadLetterPolicy = true } = {}) {
   const name = `bench-${variant.replace(/\W+/g, '-')}-${tag}-${created.length}`;
   const [topic] = await pubsub.createTopic(name);
-  const [subscription] = await topic.createSubscription(`${name}-sub`, { ackDeadlineSeconds: 60 });
+  const [subscription] = await topic.createSubscription(`${name}-sub`, {
+    ackDeadlineSeconds: 60,
+    ...(deadLetterPolicy
+      ? {
+          deadLetterPolicy: {
+            deadLetterTopic: deadLetterTopic.name,
+            maxDeliveryAttempts: MAX_DELIVERY_ATTEMPTS,
+          },
+        }
+      : {}),
+  });
   created.push({ topic, subscription });
   topic.setPublishOptions({ batching: { maxMessages: 500, maxMilliseconds: 10 } });
   const publishes = [];
@@ -149,14 +171,25 @@ async function rawLoop(withTransaction, total = N) {
   }
 }
 
-async function oncely(batch, total = N) {
-  const name = await filledSubscription(batch ? 'oncely-batch' : 'oncely', total);
+/** Names tell the attempts rows apart: no-policy runs (measured or warm-up) and the rest. */
+function consumerPrefix(noPolicy, measured) {
+  if (!noPolicy) return 'bench-';
+  return measured ? NO_POLICY_PREFIX : `warm-up-${NO_POLICY_MARK}`;
+}
+
+/**
+ * `noPolicy`: on a subscription without a dead-letter policy; `measured`: the consumer's
+ * name marks its attempts rows as the no-policy variant's (warm-up runs are left out).
+ */
+async function oncely(batch, total = N, { noPolicy = false, measured = true } = {}) {
+  const variant = batch ? 'oncely-batch' : noPolicy ? 'oncely-nopolicy' : 'oncely';
+  const name = await filledSubscription(variant, total, { deadLetterPolicy: !noPolicy });
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY });
   const insert = businessInsert(schema);
   try {
     await warmStore(store, CONCURRENCY);
     const consumer = createPubSubConsumer({
-      name: `bench-${created.length}-${tag}`,
+      name: `${consumerPrefix(noPolicy, measured)}${created.length}-${tag}`,
       broker: { projectId: PROJECT, apiEndpoint: emulator.address, subscription: name },
       store,
       concurrency: CONCURRENCY,
@@ -172,9 +205,27 @@ async function oncely(batch, total = N) {
   }
 }
 
+/** Attempts rows of the measured no-policy runs, and of every run with the policy. */
+async function attemptsRows() {
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  try {
+    const { rows } = await admin.query(
+      `SELECT count(*) FILTER (WHERE consumer LIKE $1)::int AS "noPolicy",
+              count(*) FILTER (WHERE consumer NOT LIKE $2)::int AS "withPolicy"
+         FROM "${schema}".attempts`,
+      [`${NO_POLICY_PREFIX}%`, `%${NO_POLICY_MARK}%`],
+    );
+    return rows[0];
+  } finally {
+    await admin.end();
+  }
+}
+
 async function main() {
   emulator = await startPubSubEmulator({ port: 0 });
   pubsub = new PubSub({ projectId: PROJECT, apiEndpoint: emulator.address });
+  [deadLetterTopic] = await pubsub.createTopic(`bench-dead-letters-${tag}`);
   await createBenchSchema(schema);
   let result;
   try {
@@ -189,6 +240,7 @@ async function main() {
     progress('pubsub: warm-up...');
     await rawLoop(true, WARMUP);
     await oncely(false, WARMUP);
+    await oncely(false, WARMUP, { noPolicy: true, measured: false });
     await oncely(true, WARMUP);
     progress(`pubsub: ${ROUNDS} interleaved rounds of ${N} messages, concurrency ${CONCURRENCY}...`);
     const rounds = await interleaved(
@@ -197,6 +249,7 @@ async function main() {
         raw: () => rawLoop(false),
         'raw+tx': () => rawLoop(true),
         oncely: () => oncely(false),
+        'oncely no policy': () => oncely(false, N, { noPolicy: true }),
         'oncely batch': () => oncely(true),
       },
       (round, results) =>
@@ -212,7 +265,11 @@ async function main() {
       rounds: ROUNDS,
       batch: BATCH,
     });
-    result.attemptsRows = await countAttempts(schema);
+    // The recommended configuration (a dead-letter policy) writes none on the happy path;
+    // without a policy every message costs one (its run counted up front).
+    const rows = await attemptsRows();
+    result.attemptsRows = rows.withPolicy;
+    result.attemptsRowsNoPolicy = rows.noPolicy;
     // Here raw+tx is the marker transaction written by hand (handMarkerTransaction).
     result.markerBaseline = 'raw+tx';
   } finally {
@@ -220,6 +277,7 @@ async function main() {
       await subscription.delete().catch(() => {});
       await topic.delete().catch(() => {});
     }
+    await deadLetterTopic?.delete().catch(() => {});
     await pubsub.close();
     await emulator.stop();
     await dropSchema(schema);
@@ -227,6 +285,9 @@ async function main() {
   printBrokerTable(
     `Scenario 3 — Pub/Sub on the in-process emulator, ${N} messages, concurrency ${CONCURRENCY}, batch size ${BATCH} (medians of ${ROUNDS} rounds); raw+tx writes the processed marker by hand`,
     result,
+  );
+  console.log(
+    `attempts rows after the run: ${result.attemptsRows} with the dead-letter policy (oncely, oncely batch), ${result.attemptsRowsNoPolicy} without it (oncely no policy, ${ROUNDS * N} messages)`,
   );
   emitResult(result);
 }

@@ -8,7 +8,10 @@
 // (postgres://postgres@127.0.0.1:5432/test), BENCH_MESSAGES (10000), BENCH_CONCURRENCY
 // (prefetch of the raw loop = concurrency of the Oncely consumer, 16), BENCH_EFFECT=1 to
 // make the Oncely handler also INSERT one business row per message (default: the
-// processed marker is the only write), BENCH_QUEUE_TYPE (classic | quorum, classic).
+// processed marker is the only write), BENCH_QUEUE_TYPE (classic | quorum, classic),
+// BENCH_PROFILE=1 to sample the CPU of each run in process (node:inspector) and print
+// where the Oncely run's main-thread time went, by package (BENCH_PROFILE_DIR: also
+// write each run's .cpuprofile there, for a flame graph).
 //
 // Both sides get the same N messages (same IDs, same bodies) published up front to a
 // queue of their own; the clock runs from the start of consumption to the last ack. The
@@ -16,11 +19,14 @@
 // consumer runs the whole pipeline per message: ID, body decode, one PostgreSQL
 // transaction with the marker INSERT (and optional effect), commit, then the ack.
 import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { silentLogger } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
 import { assertTopology, createRabbitMqConsumer } from '@oncely/rabbitmq';
 import amqp from 'amqplib';
 import pg from 'pg';
+import { startProfile, stopProfile } from '../lib/profile.mjs';
 
 // Read through `env`: these are run-time knobs of a script, not inputs of a turbo task.
 const { env } = process;
@@ -31,6 +37,53 @@ const CONCURRENCY = Number(env.BENCH_CONCURRENCY ?? 16);
 const WITH_EFFECT = env.BENCH_EFFECT === '1';
 const QUEUE_TYPE = env.BENCH_QUEUE_TYPE ?? 'classic';
 const WARMUP = 500;
+const PROFILE = env.BENCH_PROFILE === '1';
+const PROFILE_DIR = env.BENCH_PROFILE_DIR;
+
+/**
+ * Runs one side (`work` returns its elapsed ms) and adds this process's CPU µs per
+ * message (user + system: the broker client, the pg driver and Oncely all run here), and
+ * with BENCH_PROFILE the main thread's sampled time by package.
+ */
+async function measured(label, count, work) {
+  if (PROFILE) await startProfile();
+  const before = process.cpuUsage();
+  const ms = await work();
+  const cpu = process.cpuUsage(before);
+  const profile = PROFILE ? await stopProfile() : undefined;
+  if (profile && PROFILE_DIR)
+    writeFileSync(join(PROFILE_DIR, `rabbitmq-${label}.cpuprofile`), JSON.stringify(profile));
+  return { ms, cpuUs: (cpu.user + cpu.system) / count, byPackage: profile && msPerPackage(profile, count) };
+}
+
+/** Where a package's code sits in a profile's URLs, in print order. */
+const PACKAGES = [
+  ['@oncely/core', '/packages/core/'],
+  ['@oncely/rabbitmq', '/packages/rabbitmq/'],
+  ['@oncely/postgres', '/packages/postgres/'],
+  ['amqplib', '/node_modules/amqplib/'],
+  ['pg', '/node_modules/pg'],
+];
+
+/**
+ * Self time per message (µs of main-thread wall time sampled in each place): the
+ * packages above, socket writes, the garbage collector, the rest of what is not idle.
+ */
+function msPerPackage(profile, count) {
+  const nodes = new Map(profile.nodes.map((node) => [node.id, node.callFrame]));
+  const usPerSample = (profile.endTime - profile.startTime) / profile.samples.length;
+  const totals = new Map();
+  for (const id of profile.samples) {
+    const { functionName, url } = nodes.get(id);
+    let place = PACKAGES.find(([, part]) => url.includes(part))?.[0];
+    if (!place && functionName === '(idle)') continue;
+    if (!place && (functionName === 'writeBuffer' || functionName === 'writev')) place = 'socket writes';
+    if (!place && functionName === '(garbage collector)') place = 'GC';
+    place ??= 'other';
+    totals.set(place, (totals.get(place) ?? 0) + usPerSample);
+  }
+  return Object.fromEntries([...totals].map(([place, us]) => [place, Math.round(us / count)]));
+}
 
 const run = randomUUID().slice(0, 8);
 const schema = `bench_rmq_${run}`;
@@ -232,10 +285,13 @@ async function main() {
     await rawMarkerLoop(connection, handPool, queues.rawMarkerWarm, WARMUP);
     await oncelyLoop(store, queues.oncelyWarm, WARMUP, 'bench-warmup');
 
-    const rawMs = await rawLoop(connection, queues.raw, N);
-    const storeMs = await storeOnly(store, N, 'bench-store-only');
-    const rawMarkerMs = await rawMarkerLoop(connection, handPool, queues.rawMarker, N);
-    const oncelyMs = await oncelyLoop(store, queues.oncely, N, 'bench');
+    const raw = await measured('raw', N, () => rawLoop(connection, queues.raw, N));
+    const store1 = await measured('store-only', N, () => storeOnly(store, N, 'bench-store-only'));
+    const rawMarker = await measured('raw-marker', N, () =>
+      rawMarkerLoop(connection, handPool, queues.rawMarker, N),
+    );
+    const oncely = await measured('oncely', N, () => oncelyLoop(store, queues.oncely, N, 'bench'));
+    const [rawMs, storeMs, rawMarkerMs, oncelyMs] = [raw.ms, store1.ms, rawMarker.ms, oncely.ms];
     const { rows } = await admin.query(
       `SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE consumer = 'bench'`,
     );
@@ -266,6 +322,18 @@ async function main() {
     console.log(`  ratio Oncely / raw amqplib          ${(oncelyRate / rawRate).toFixed(3)}`);
     console.log(`  ratio Oncely / raw + marker tx      ${(oncelyRate / rawMarkerRate).toFixed(3)}`);
     console.log(`  ratio Oncely / marker transactions  ${(oncelyRate / storeRate).toFixed(3)}`);
+    console.log(
+      `  Node CPU µs per message: raw ${raw.cpuUs.toFixed(0)}, marker tx only ${store1.cpuUs.toFixed(0)}, raw + marker tx ${rawMarker.cpuUs.toFixed(0)}, Oncely ${oncely.cpuUs.toFixed(0)}`,
+    );
+    if (PROFILE) {
+      console.log('  main-thread µs per message by place (sampled wall time, idle left out):');
+      for (const [label, side] of [
+        ['raw + marker tx', rawMarker],
+        ['marker tx only', store1],
+        ['Oncely', oncely],
+      ])
+        console.log(`    ${label.padEnd(16)} ${JSON.stringify(side.byPackage)}`);
+    }
   } finally {
     for (const queue of Object.values(queues)) await channel.deleteQueue(queue).catch(() => {});
     for (const suffix of ['.dlq']) {

@@ -13,7 +13,9 @@
 //   raw+marker   the same plus the marker transaction by hand: BEGIN, INSERT the processed
 //                marker ON CONFLICT DO NOTHING, the business INSERT when the marker is new,
 //                COMMIT, then complete — what Oncely does, written inline
-//   oncely       createServiceBusConsumer + PostgresStore; the handler does the same INSERT
+//   oncely       createServiceBusConsumer + PostgresStore; the handler does the same INSERT.
+//                It gets the same connected ServiceBusClient as the raw loops (broker.client),
+//                so neither side's time includes opening the AMQP connection
 //   oncely batch the same consumer with `batch: { size }`
 // The emulator runs in this process, so its CPU is on the same event loop for every variant.
 import { ServiceBusClient } from '@azure/service-bus';
@@ -135,7 +137,7 @@ async function oncely(batch, total = N) {
     await warmStore(store, CONCURRENCY);
     const consumer = createServiceBusConsumer({
       name: `bench-${queueCount}-${tag}`,
-      broker: { connectionString: emulator.connectionString, queueName: queue, maxWaitTimeMs: WAIT_MS },
+      broker: { client, queueName: queue, maxWaitTimeMs: WAIT_MS },
       store,
       concurrency: CONCURRENCY,
       batch: batch ? { size: BATCH } : undefined,

@@ -82,7 +82,15 @@ export function buildQueries(s: string): StoreQueries {
       ON CONFLICT (consumer, message_id) DO NOTHING
       RETURNING message_id`,
     unclaim: `DELETE FROM ${markers} WHERE consumer = $1 AND message_id = ANY($2::text[]) AND status = 'completed'`,
-    recordAttempt: `INSERT INTO ${s}.attempts AS a (consumer, message_id, attempts) VALUES ($1, $2, 1)
+    // The count commits without waiting for the WAL flush: set_config(..., true) turns
+    // synchronous_commit off for this statement's own (autocommit) transaction only. What
+    // the count guards against is a consumer process that dies mid-run, and a commit the
+    // server acknowledged survives that; only a PostgreSQL crash within about
+    // 3 × wal_writer_delay may lose it, and then the message gets one run more than
+    // maxAttempts. The handler's commit, later in the WAL, waits for its own flush, which
+    // covers this record too. The subquery is referenced so the planner evaluates it.
+    recordAttempt: `INSERT INTO ${s}.attempts AS a (consumer, message_id, attempts)
+      SELECT $1::text, $2::text, 1 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_flush_wait
       ON CONFLICT (consumer, message_id) DO UPDATE SET attempts = a.attempts + 1, updated_at = now()
       RETURNING a.attempts`,
     forgetAttempt: `UPDATE ${s}.attempts SET attempts = attempts - 1, updated_at = now()

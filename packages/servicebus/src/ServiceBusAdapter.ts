@@ -36,6 +36,12 @@ const MAX_DETAIL_LENGTH = 1024;
 const MAX_MESSAGE_ID_LENGTH = 128;
 /** How long a session worker waits for the next message before giving the session up. */
 const SESSION_IDLE_MS = 1000;
+/**
+ * How long a receive asking for more messages right after some arrived waits for them.
+ * `receiveMessages(n)` returns once n messages arrived, or once this wait and a drain of
+ * the link's leftover credit are over (the drain still delivers what the entity holds).
+ */
+export const FOLLOW_UP_WAIT_MS = 20;
 /** Codes with which accept-next-session says that no session is free right now. */
 const NO_SESSION_CODES = new Set(['ServiceTimeout', 'SessionCannotBeLocked']);
 
@@ -209,26 +215,41 @@ export class ServiceBusAdapter implements BrokerAdapter {
   // Receiving
   // ------------------------------------------------------------------------------------
 
+  /**
+   * Receives at most the free handler slots. Once the first message of a call has arrived
+   * the SDK waits up to another second for the rest of the count before it returns any
+   * (its batching window), with the received messages locked and the slots idle. So the
+   * loop never asks for more than is likely there: after an empty call it waits (up to
+   * `maxWaitTimeMs`) for one message, which returns the moment it arrives; after a
+   * non-empty one it asks for the free slots but waits only {@link FOLLOW_UP_WAIT_MS}.
+   */
   private async receiveLoop(runtime: AdapterRuntime): Promise<void> {
     let failures = 0;
+    let flowing = false;
+    // One host (and so one DispositionGate) for every delivery of this receiver: the
+    // gate keeps settlements of different messages out of one disposition frame, which
+    // a gate per message cannot do.
+    const receiver = this.receiver!;
+    const host = this.hostFor(receiver);
     for (;;) {
       const free = await runtime.whenReady();
       if (free <= 0 || this.halt.signal.aborted) return;
-      const receiver = this.receiver!;
       let messages: ServiceBusReceivedMessage[];
       try {
-        messages = await receiver.receiveMessages(Math.min(free, this.settings.maxBatchSize), {
-          maxWaitTimeInMs: this.settings.maxWaitTimeMs,
+        messages = await receiver.receiveMessages(flowing ? Math.min(free, this.settings.maxBatchSize) : 1, {
+          maxWaitTimeInMs: flowing ? FOLLOW_UP_WAIT_MS : this.settings.maxWaitTimeMs,
         });
+        flowing = messages.length > 0;
         failures = 0;
       } catch (error) {
         if (this.halt.signal.aborted) return;
         failures++;
+        flowing = false;
         runtime.reportError(error, 'receiveMessages failed; receiving again after a pause');
         await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), this.halt.signal);
         continue;
       }
-      for (const message of messages) void this.accept(runtime, message, this.hostFor(receiver));
+      for (const message of messages) void this.accept(runtime, message, host);
     }
   }
 

@@ -45,9 +45,9 @@ export interface ServiceBusBrokerConfig {
    * The service default is 10. @default not checked
    */
   maxDeliveryCount?: number;
-  /** Longest wait of one receive call for the first message. @default 5000 */
+  /** Longest wait of one receive call for a message while the entity is idle. @default 5000 */
   maxWaitTimeMs?: number;
-  /** Most messages asked for in one receive call. @default 32 */
+  /** Most messages asked for in one receive call right after messages arrived (never more than the free slots). @default 32 */
   maxBatchSize?: number;
   /**
    * How a delayed retry is made on a queue: `'schedule'` schedules a copy for later and

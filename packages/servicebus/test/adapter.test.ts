@@ -6,6 +6,7 @@ import { PostgresStore } from '@oncely/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServiceBusConsumer, diagnose, sendWithId } from '../src/index.js';
+import { FOLLOW_UP_WAIT_MS } from '../src/ServiceBusAdapter.js';
 import { DATABASE_URL, postgresAvailable } from './support.js';
 
 // Adapter behaviour the conformance suite does not pin down, on the emulator with the
@@ -339,6 +340,130 @@ suite('@oncely/servicebus on the emulator', () => {
         handler: async () => {},
       });
       expect(missing.findings.map((f) => f.level)).toEqual(['error']);
+    }),
+  );
+  // Catches: asking for every free slot while the queue holds fewer messages. The SDK
+  // then holds the first message that arrives for up to another second, waiting for the
+  // rest of the count (its batching window), while the handler slots sit idle; a
+  // trickle of messages, or the last ones of a backlog, each wait out that second.
+  it(
+    'asks for one message while the queue is idle, and after messages arrived waits only briefly for more',
+    track(async () => {
+      const queue = `flow-${randomUUID().slice(0, 8)}`;
+      emulator.createQueue(queue, {});
+      const calls: Array<{ max: number; waitMs: number | undefined; got: number }> = [];
+      const recording = new ServiceBusClient(emulator.connectionString);
+      const createReceiver = recording.createReceiver.bind(recording) as (
+        ...args: unknown[]
+      ) => ReturnType<ServiceBusClient['createReceiver']>;
+      recording.createReceiver = ((...args: unknown[]) => {
+        const receiver = createReceiver(...args);
+        const receive = receiver.receiveMessages.bind(receiver);
+        receiver.receiveMessages = async (max, options) => {
+          const got = await receive(max, options);
+          calls.push({ max, waitMs: options?.maxWaitTimeInMs, got: got.length });
+          return got;
+        };
+        return receiver;
+      }) as ServiceBusClient['createReceiver'];
+      const processed = new Set<string>();
+      let allProcessed!: () => void;
+      const done = new Promise<void>((resolve) => {
+        allProcessed = resolve;
+      });
+      const consumer = createServiceBusConsumer({
+        name: `flow-${randomUUID().slice(0, 8)}`,
+        broker: { client: recording, queueName: queue, maxWaitTimeMs: 200 },
+        store,
+        logger: silentLogger,
+        concurrency: 8,
+        handler: async () => {},
+      });
+      consumer.on('processed', (event) => {
+        processed.add(event.messageId!);
+        if (processed.size === 5) allProcessed();
+      });
+      try {
+        await consumer.start();
+        const sender = client.createSender(queue);
+        await sender.sendMessages(
+          Array.from({ length: 5 }, (_, i) => ({ body: { n: i }, messageId: `flow-${i}` })),
+        );
+        await sender.close();
+        await done;
+        // Every call that came back empty waited for one message only, with the long wait.
+        const afterEmpty = calls.filter((_, i) => i === 0 || calls[i - 1]!.got === 0);
+        expect(afterEmpty.length).toBeGreaterThan(0);
+        for (const call of afterEmpty) expect(call).toMatchObject({ max: 1, waitMs: 200 });
+        // Every call right after messages arrived asked for the free slots (more than one
+        // here: 8 slots, at most 5 messages in flight) with the short wait.
+        const followUps = calls.filter((_, i) => i > 0 && calls[i - 1]!.got > 0);
+        expect(followUps.length).toBeGreaterThan(0);
+        for (const call of followUps) {
+          expect(call.waitMs).toBe(FOLLOW_UP_WAIT_MS);
+          expect(call.max).toBeGreaterThan(1);
+        }
+      } finally {
+        await consumer.stop();
+        await recording.close();
+      }
+    }),
+  );
+  // Catches: a disposition gate per message instead of per receiver. rhea 3.0.5 writes
+  // the dispositions settled in one pass as ranges of consecutive delivery ids and skips
+  // the second of a run when it checks that a range shares one outcome: two dead-letters
+  // settled in the same tick both carry the first one's reason and description.
+  it(
+    'dead-letters settled together on one receiver each keep their own description',
+    track(async () => {
+      const queue = `gate-${randomUUID().slice(0, 8)}`;
+      emulator.createQueue(queue, {});
+      // Three: an idle receiver asks for one message, then for the rest in one call, so
+      // the last two are received, and dead-lettered, together.
+      const bodies = ['first body is not json', 'second body is not json', 'third body is not json'];
+      const sender = client.createSender(queue);
+      await sender.sendMessages(
+        bodies.map((text, i) => ({
+          body: Buffer.from(text),
+          contentType: 'application/octet-stream',
+          messageId: `gate-${i}`,
+        })),
+      );
+      await sender.close();
+      const consumer = createServiceBusConsumer({
+        name: `gate-${randomUUID().slice(0, 8)}`,
+        broker: { connectionString: emulator.connectionString, queueName: queue, maxWaitTimeMs: 200 },
+        store,
+        logger: silentLogger,
+        concurrency: 4,
+        handler: async () => {},
+      });
+      const deadLettered = new Set<string>();
+      let both!: () => void;
+      const done = new Promise<void>((resolve) => {
+        both = resolve;
+      });
+      consumer.on('deadLettered', (event) => {
+        deadLettered.add(event.messageId!);
+        if (deadLettered.size === bodies.length) both();
+      });
+      try {
+        await consumer.start();
+        await done;
+      } finally {
+        await consumer.stop();
+      }
+      const letters = emulator.messages(`${queue}/$DeadLetterQueue`);
+      expect(letters).toHaveLength(bodies.length);
+      for (const letter of letters) {
+        // rhea's message objects carry the AMQP properties (message_id) at the top level.
+        const id = String((letter as { message_id?: unknown }).message_id);
+        const own = bodies[Number(id.replace('gate-', ''))]!;
+        const description = String(letter.application_properties?.DeadLetterErrorDescription ?? '');
+        expect(letter.application_properties?.DeadLetterReason).toBe('invalid-body');
+        // The JSON parser quotes the start of the text it refused.
+        expect(description, `description of the dead letter holding '${own}'`).toContain(own.slice(0, 10));
+      }
     }),
   );
 });
