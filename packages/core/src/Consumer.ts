@@ -373,7 +373,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     const started = Date.now();
     const outcome = await this.withStore([prepared], prepared.event, () => this.runTransactional(prepared));
     if (outcome === undefined) return;
-    await this.conclude(outcome, prepared.delivery, { ...prepared.event, durationMs: Date.now() - started });
+    const { consumer, messageId, attempt } = prepared.event;
+    await this.conclude(outcome, prepared.delivery, {
+      consumer,
+      messageId,
+      attempt,
+      durationMs: Date.now() - started,
+    });
   }
 
   /**
@@ -409,7 +415,16 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       broker: this.adapter.type,
       raw: envelope.raw,
     };
-    const prepared: Prepared<TBody> = { ...held, key, attempt, message, event: { ...event, attempt } };
+    // Spelled out rather than spread: this runs for every delivery, and spreads of these
+    // objects are several times slower than the literal.
+    const prepared: Prepared<TBody> = {
+      delivery,
+      keeper: held.keeper,
+      key,
+      attempt,
+      message,
+      event: { consumer: event.consumer, messageId: event.messageId, attempt },
+    };
     try {
       prepared.fingerprint = fingerprintDelivery(this.settings.payloadFingerprint, envelope, message);
     } catch (error) {
