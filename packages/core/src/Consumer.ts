@@ -74,6 +74,14 @@ interface Prepared<TBody> extends Held {
   fingerprint?: string;
 }
 
+/**
+ * Set on a delivery once a settlement was attempted (see settle): the pipeline's safety
+ * net releases any delivery without it. A property of the delivery rather than a WeakSet
+ * entry, which costs more per message and in every garbage collection.
+ */
+const SETTLED = Symbol('oncely.settled');
+type Marked = Delivery & { [SETTLED]?: true };
+
 /** Thrown inside the transaction to roll back a claim whose attempts are used up. */
 class AttemptsExhausted extends Error {}
 
@@ -122,8 +130,6 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    * crash must still count): a release takes the count back.
    */
   private readonly countedRuns = new WeakMap<Delivery, MessageKey>();
-  /** Deliveries a settlement was attempted for: the safety net releases any other. */
-  private readonly settledDeliveries = new WeakSet<Delivery>();
   /** Present with the `batch` option: collects prepared deliveries into one transaction. */
   private readonly batcher: Batcher<Prepared<TBody>> | undefined;
 
@@ -361,7 +367,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       // The safety net: every path above settles the delivery; one that did not (a bug, or
       // a batch that failed in an unforeseen way) gives it back now rather than leave it
       // stranded until its lease lapses. A release is never counted as an attempt.
-      if (!this.settledDeliveries.has(delivery)) {
+      if (!(delivery as Marked)[SETTLED]) {
         this.log.error('delivery left unsettled by the pipeline: releasing it', { ...base });
         await this.release(delivery, base);
       }
@@ -883,7 +889,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   ): Promise<boolean> {
     // Recorded before the call: a settlement that fails is logged and counted, and the
     // broker redelivers; releasing it on top would only add noise.
-    this.settledDeliveries.add(delivery);
+    (delivery as Marked)[SETTLED] = true;
     try {
       await action();
       this.telemetry.settled(delivery, what, event);

@@ -55,11 +55,10 @@ export class LeaseKeeper {
     this.brokerExpiresAt =
       delivery.leaseExpiresAt ?? (brokerLease ? this.receivedAt + brokerLease.extendByMs : undefined);
     // Renew at half the shorter lease: one late or failed tick still leaves time for the next.
-    const periods = [
-      brokerRenewable ? brokerLease.extendByMs : undefined,
-      options.renewClaim ? claimMs : undefined,
-    ];
-    const shortest = Math.min(...periods.filter((p): p is number => p !== undefined));
+    const shortest = Math.min(
+      brokerRenewable ? brokerLease.extendByMs : Number.POSITIVE_INFINITY,
+      options.renewClaim && claimMs !== undefined ? claimMs : Number.POSITIVE_INFINITY,
+    );
     this.intervalMs = Number.isFinite(shortest) ? Math.max(20, Math.floor(shortest / 2)) : undefined;
   }
 
