@@ -703,7 +703,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     attempt: number,
     keeper: LeaseKeeper,
   ): Promise<unknown> {
-    const ctx = this.context(message, tx, attempt, keeper.signal);
+    const ctx = this.context(message, tx, attempt, keeper);
     keeper.startHandlerClock();
     let result: unknown;
     try {
@@ -711,7 +711,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     } catch (error) {
       // Whatever the handler threw once the stop deadline aborted it (often the abort
       // itself), the message did not fail: the consumer is going away.
-      if (isShutdown(keeper.signal)) throw new ReleaseRequested();
+      if (isShutdown(keeper)) throw new ReleaseRequested();
       throw error;
     } finally {
       keeper.stopHandlerClock();
@@ -719,13 +719,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     // A timed-out or shut-down handler must not commit: it may have stopped half-way when
     // it saw the signal. A lost lease alone does not stop a finished handler from
     // committing — the unique key settles the race with whoever got the redelivery.
-    const reason = keeper.signal.reason;
-    if (isShutdown(keeper.signal)) throw new ReleaseRequested();
-    if (keeper.signal.aborted && !(reason instanceof LeaseLostError)) throw reason;
+    const reason = keeper.reason;
+    if (isShutdown(keeper)) throw new ReleaseRequested();
+    if (keeper.aborted && !(reason instanceof LeaseLostError)) throw reason;
     return result;
   }
 
-  private context(message: Message<TBody>, tx: Tx | undefined, attempt: number, signal: AbortSignal) {
+  private context(message: Message<TBody>, tx: Tx | undefined, attempt: number, keeper: LeaseKeeper) {
     const { name } = this.settings;
     const fields = { consumer: name, messageId: message.id };
     const log: Logger = {
@@ -755,10 +755,11 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         await outboxOf(this.store).write(tx, row);
         return row.id;
       },
-      signal,
       attempt,
       log,
     } as HandlerContext<Tx>;
+    // A getter: the keeper creates its AbortSignal only for a handler that reads it.
+    Object.defineProperty(ctx, 'signal', { enumerable: true, get: () => keeper.signal });
     Object.defineProperty(ctx, 'tx', {
       enumerable: true,
       get: () => {
@@ -1010,7 +1011,7 @@ function isFirstDelivery(envelope: Delivery['envelope']): boolean {
   return envelope.redelivered === false;
 }
 
-function isShutdown(signal: AbortSignal): boolean {
+function isShutdown(signal: { readonly aborted: boolean; readonly reason: unknown }): boolean {
   return signal.aborted && isOncelyError(signal.reason, 'SHUTDOWN');
 }
 
