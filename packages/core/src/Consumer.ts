@@ -755,14 +755,14 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         await outboxOf(this.store).write(tx, row);
         return row.id;
       },
+      // A getter: the keeper creates its AbortSignal only for a handler that reads it.
+      get signal() {
+        return keeper.signal;
+      },
       attempt,
       log,
-    } as HandlerContext<Tx>;
-    // A getter: the keeper creates its AbortSignal only for a handler that reads it.
-    Object.defineProperty(ctx, 'signal', { enumerable: true, get: () => keeper.signal });
-    Object.defineProperty(ctx, 'tx', {
-      enumerable: true,
-      get: () => {
+      // A getter in the literal: cheaper than Object.defineProperty on every message.
+      get tx() {
         if (tx === undefined) {
           throw new OncelyError(
             'CONSUMER_STATE',
@@ -771,7 +771,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         }
         return tx;
       },
-    });
+    } as HandlerContext<Tx>;
     return ctx;
   }
 
