@@ -2,7 +2,7 @@ import { type Consumer, type ConsumerConfig, type SqlClient, silentLogger } from
 import { createMemoryConsumer, MemoryBroker } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
 import { ConsumerSpy, requireService, TcpProxy, waitFor } from '@oncely/testkit';
-import { metrics, type SpanContext, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { context, metrics, type SpanContext, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -284,6 +284,22 @@ describe('OpenTelemetry on the memory broker with PGlite', () => {
       trace.disable();
       metrics.disable();
     }
+  });
+
+  it('without a tracer provider, still runs the handler in the producer trace context a context manager carries', async () => {
+    // No tracer provider anywhere (the consumer skips its no-op span then), but the global
+    // context manager is registered: the handler must still see the producer's context.
+    const seen = new Map<string, string | undefined>();
+    const { queue, broker, spy } = await startConsumer({
+      telemetry: undefined,
+      handler: async (message, ctx) => {
+        seen.set(message.id, trace.getSpanContext(context.active())?.traceId);
+        await insertEffect(message.id, ctx.tx);
+      },
+    });
+    const { span: producer } = await sdk.inSpan('checkout', () => broker.send(queue, { id: 'c1', body: {} }));
+    await spy.waitFor('processed');
+    expect(seen.get('c1')).toBe(producer.spanContext().traceId);
   });
 
   it('refuses a telemetry option that is not a provider, naming the field', () => {

@@ -32,7 +32,13 @@ export interface LeaseKeeperOptions {
  * `signal` aborts.
  */
 export class LeaseKeeper {
-  private readonly controller = new AbortController();
+  /**
+   * Created when first asked for: an AbortController per delivery was a large share of
+   * the consumer's own CPU per message, and most handlers never read `ctx.signal`.
+   */
+  private controller: AbortController | undefined;
+  /** Why the leases were given up, when that happened before anyone asked for `signal`. */
+  private abortedWith: Error | undefined;
   private readonly receivedAt: number;
   private readonly intervalMs: number | undefined;
   private brokerExpiresAt: number | undefined;
@@ -55,17 +61,30 @@ export class LeaseKeeper {
     this.brokerExpiresAt =
       delivery.leaseExpiresAt ?? (brokerLease ? this.receivedAt + brokerLease.extendByMs : undefined);
     // Renew at half the shorter lease: one late or failed tick still leaves time for the next.
-    const periods = [
-      brokerRenewable ? brokerLease.extendByMs : undefined,
-      options.renewClaim ? claimMs : undefined,
-    ];
-    const shortest = Math.min(...periods.filter((p): p is number => p !== undefined));
+    const shortest = Math.min(
+      brokerRenewable ? brokerLease.extendByMs : Number.POSITIVE_INFINITY,
+      options.renewClaim && claimMs !== undefined ? claimMs : Number.POSITIVE_INFINITY,
+    );
     this.intervalMs = Number.isFinite(shortest) ? Math.max(20, Math.floor(shortest / 2)) : undefined;
   }
 
   /** Aborts when the lease is lost or a deadline passes. */
   get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.abortedWith !== undefined) this.controller.abort(this.abortedWith);
+    }
     return this.controller.signal;
+  }
+
+  /** `signal.aborted`, without creating the signal. */
+  get aborted(): boolean {
+    return this.controller === undefined ? this.abortedWith !== undefined : this.controller.signal.aborted;
+  }
+
+  /** `signal.reason`, without creating the signal. */
+  get reason(): unknown {
+    return this.controller === undefined ? this.abortedWith : this.controller.signal.reason;
   }
 
   start(): void {
@@ -104,7 +123,8 @@ export class LeaseKeeper {
 
   /** Aborts the signal from outside (shutdown deadline). */
   abort(reason: Error): void {
-    if (!this.controller.signal.aborted) this.controller.abort(reason);
+    if (this.controller === undefined) this.abortedWith ??= reason;
+    else if (!this.controller.signal.aborted) this.controller.abort(reason);
   }
 
   /** Stops renewing: call once the settlement is confirmed. */

@@ -3,10 +3,13 @@ import {
   type Context,
   type Counter,
   context,
+  createContextKey,
+  createNoopMeter,
   type Histogram,
   type Link,
   type MeterProvider,
   metrics,
+  ProxyTracerProvider,
   propagation,
   ROOT_CONTEXT,
   type Span,
@@ -123,6 +126,28 @@ export function traceHeaders(): Record<string, string> {
   return carrier;
 }
 
+/** What the API's global proxy delegates to while no SDK registered a tracer provider. */
+const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
+/** What every no-op meter hands out (the API returns the same instruments for all of them). */
+const NOOP_METER = createNoopMeter();
+const NOOP_COUNTER = NOOP_METER.createCounter('oncely.probe');
+const NOOP_HISTOGRAM = NOOP_METER.createHistogram('oncely.probe');
+/** A context that only a real context manager makes active (the no-op one keeps the root). */
+const PROBE_CONTEXT = ROOT_CONTEXT.setValue(createContextKey('oncely.probe'), true);
+const isProbeActive = (): boolean => context.active() === PROBE_CONTEXT;
+
+/**
+ * True when a delivery span could be seen by anyone: a tracer provider was given or
+ * registered, or a context manager would hand the producer's context to the handler.
+ * Without an SDK the span, its attributes and its context are all no-ops, and skipping
+ * them is most of the consumer's own CPU per message.
+ */
+function tracingObservable(provider: TracerProvider): boolean {
+  if (!(provider instanceof ProxyTracerProvider) || provider.getDelegate() !== NOOP_TRACER_PROVIDER)
+    return true;
+  return context.with(PROBE_CONTEXT, isProbeActive);
+}
+
 /** One delivery's span and what the pipeline learned about it. */
 interface DeliverySpan {
   span: Span;
@@ -155,7 +180,9 @@ const COUNTERS: Partial<Record<ConsumerEventName, [name: string, description: st
  */
 export class Telemetry {
   /** Created at the first event, so an SDK started after the consumer was built still counts. */
-  private instruments: { counters: Map<ConsumerEventName, Counter>; duration: Histogram } | undefined;
+  private instruments:
+    | { counters: Map<ConsumerEventName, Counter>; duration: Histogram; noop: boolean }
+    | undefined;
   private readonly spans = new WeakMap<Delivery, DeliverySpan>();
   private readonly tracerProvider: TracerProvider;
   private readonly baseAttributes: Attributes;
@@ -177,7 +204,9 @@ export class Telemetry {
   record(name: ConsumerEventName, event: ConsumerEvent): void {
     // The global meter provider is not a proxy: look it up once there is something to count.
     this.instruments ??= this.createInstruments();
-    const { counters, duration } = this.instruments;
+    const { counters, duration, noop } = this.instruments;
+    // No-op instruments (no meter provider at the first event) stay no-ops: skip the attributes.
+    if (noop) return;
     const attributes: Attributes = { ...this.baseAttributes };
     if (event.reason) attributes['oncely.dead_letter.reason'] = event.reason;
     if (name === 'failed' || name === 'ackFailed') attributes['error.type'] = errorType(event.error);
@@ -200,14 +229,21 @@ export class Telemetry {
       description: 'Handler run including its commit (processed and failed runs)',
       unit: 's',
     });
-    return { counters, duration };
+    const noop = duration === NOOP_HISTOGRAM && [...counters.values()].every((c) => c === NOOP_COUNTER);
+    return { counters, duration, noop };
   }
 
   /**
    * Starts the `process` span of a delivery, as a child of the producer's context (also
    * linked, as the semantic conventions advise), and runs `work` inside it.
    */
-  async aroundDelivery<T>(delivery: Delivery, work: () => Promise<T>): Promise<T> {
+  aroundDelivery<T>(delivery: Delivery, work: () => Promise<T>): Promise<T> {
+    // Checked per delivery: the global provider may be registered after the consumer started.
+    if (!tracingObservable(this.tracerProvider)) return work();
+    return this.inDeliverySpan(delivery, work);
+  }
+
+  private async inDeliverySpan<T>(delivery: Delivery, work: () => Promise<T>): Promise<T> {
     const { envelope } = delivery;
     const parent = extractTraceContext(envelope.attributes, this.config.propagator);
     const parentSpan = trace.getSpanContext(parent);

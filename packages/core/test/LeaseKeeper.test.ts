@@ -38,6 +38,28 @@ const until = async (condition: () => boolean, ms = 2000) => {
 };
 
 describe('LeaseKeeper', () => {
+  it('hands a signal asked for only after the abort already aborted, with the reason; one asked for before aborts later', () => {
+    const late = keeper(leasedDelivery(async () => {})).k;
+    late.abort(new HandlerTimeoutError('too slow'));
+    expect(late.aborted).toBe(true);
+    expect(late.reason).toBeInstanceOf(HandlerTimeoutError);
+    expect(late.signal.aborted).toBe(true);
+    expect(late.signal.reason).toBeInstanceOf(HandlerTimeoutError);
+
+    const early = keeper(leasedDelivery(async () => {})).k;
+    const signal = early.signal;
+    const seen: unknown[] = [];
+    signal.addEventListener('abort', () => seen.push(signal.reason));
+    expect(early.aborted).toBe(false);
+    early.abort(new LeaseLostError('gone'));
+    // The first reason stands.
+    early.abort(new HandlerTimeoutError('too slow'));
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toBeInstanceOf(LeaseLostError);
+    expect(early.signal).toBe(signal);
+    expect(early.reason).toBeInstanceOf(LeaseLostError);
+  });
+
   it('renews before the lease runs out, by extendByMs each time', async () => {
     const extensions: number[] = [];
     const { k, events } = keeper(leasedDelivery(async (ms) => void extensions.push(ms)));

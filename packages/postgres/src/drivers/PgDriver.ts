@@ -80,6 +80,8 @@ export class PgDriver implements StoreDriver {
   private readonly ownsPool: boolean;
   /** How many checked-out connections may turn out dead before a call gives up (see checkout). */
   private readonly staleConnectionAttempts: number;
+  /** BEGIN statements by lock timeout (see beginStatement). */
+  private readonly begins = new Map<number | undefined, string>();
   /** Idle clients that lose their connection (a database restart) emit 'error' on the pool; unhandled, that would crash the process. */
   private readonly onPoolError = (error: Error): void => {
     this.log.warn('idle PostgreSQL connection failed; the pool discards it', { error });
@@ -178,6 +180,16 @@ export class PgDriver implements StoreDriver {
    * the server has.
    */
   private beginStatement(lockTimeoutMs: number | undefined): string {
+    // The same few texts for every transaction: built once each.
+    let begin = this.begins.get(lockTimeoutMs);
+    if (begin === undefined) {
+      begin = this.buildBegin(lockTimeoutMs);
+      this.begins.set(lockTimeoutMs, begin);
+    }
+    return begin;
+  }
+
+  private buildBegin(lockTimeoutMs: number | undefined): string {
     let begin = 'BEGIN ISOLATION LEVEL READ COMMITTED';
     if (lockTimeoutMs !== undefined) begin += `; ${lockTimeoutStatement(lockTimeoutMs)}`;
     const { idleInTransactionTimeoutMs } = this.timeouts;
@@ -206,7 +218,8 @@ export class PgDriver implements StoreDriver {
       const opened = await this.checkout(`${begin}; ${merged}`);
       // A multi-statement message answers with one result per statement: the claim's is last.
       const results = opened.result as unknown as SqlResult<any> | Array<SqlResult<any>>;
-      return { ...opened, result: Array.isArray(results) ? results[results.length - 1]! : results };
+      const result = Array.isArray(results) ? results[results.length - 1]! : results;
+      return { client: opened.client, watch: opened.watch, result };
     }
     const { client, watch } = await this.checkout(begin);
     try {
@@ -240,26 +253,19 @@ export class PgDriver implements StoreDriver {
    */
   private timed<R>(watch: ClientWatch, run: () => Promise<R>): Promise<R> {
     const ms = this.timeouts.queryTimeoutMs;
-    const statement = run().catch((error: unknown) => {
-      markFromStoreConnection(error);
-      throw error;
-    });
-    if (ms <= 0) return statement;
+    if (ms <= 0) return run().catch(markAndRethrow);
     return new Promise<R>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        const error = new StoreUnavailableError(
-          `PostgreSQL did not answer within ${ms} ms (queryTimeoutMs): connection discarded`,
-        );
-        watch.kill(error);
-        reject(error);
-      }, ms);
+      const statement = run();
+      // Tracked only once sent: a statement that throws at once has nothing to time out.
+      const pending = watch.track(ms, reject);
       statement.then(
         (value) => {
-          clearTimeout(timer);
+          watch.untrack(pending);
           resolve(value);
         },
         (error: unknown) => {
-          clearTimeout(timer);
+          watch.untrack(pending);
+          markFromStoreConnection(error);
           reject(error);
         },
       );
@@ -418,19 +424,55 @@ export class PgDriver implements StoreDriver {
   }
 }
 
-interface ClientWatch {
-  /** The first error or end event seen on the client's connection, if any. */
-  readonly lost: unknown;
-  /** Gives the client back; a dead or suspect one is destroyed instead of pooled. */
-  release(suspect: boolean): void;
-  /** Declares the connection dead (a statement timed out) and destroys it now. */
-  kill(reason: Error): void;
+/** A statement waiting for its answer, and how to fail it when `queryTimeoutMs` passes first. */
+interface PendingStatement {
+  readonly deadline: number;
+  readonly expire: () => void;
 }
 
 /** What the store has seen of one pooled connection, for its whole life. */
-interface ConnectionState {
+class ConnectionState {
   /** The first error or end event seen on the connection, if any. */
   lost: unknown;
+  /** Statements sent on it and not answered yet (rarely more than one: a plain array). */
+  private readonly pending: PendingStatement[] = [];
+  /**
+   * One timer bounds every pending statement: armed when the first is sent and re-armed
+   * for the next deadline when it fires, instead of a timer set and cleared per statement
+   * (that cost more CPU than the rest of the driver's bookkeeping). Unref'd: an idle
+   * connection's leftover timer must not keep the process alive.
+   */
+  private timer: NodeJS.Timeout | undefined;
+
+  track(statement: PendingStatement, ms: number): void {
+    this.pending.push(statement);
+    if (this.timer === undefined) this.arm(ms);
+  }
+
+  untrack(statement: PendingStatement): void {
+    const { pending } = this;
+    const index = pending.indexOf(statement);
+    if (index < 0) return;
+    // Order does not matter: the last one takes the freed slot.
+    const last = pending.pop()!;
+    if (index < pending.length) pending[index] = last;
+  }
+
+  private arm(delayMs: number): void {
+    this.timer = setTimeout(this.expireOverdue, delayMs);
+    this.timer.unref?.();
+  }
+
+  private readonly expireOverdue = (): void => {
+    this.timer = undefined;
+    const now = Date.now();
+    const overdue = this.pending.filter((statement) => statement.deadline <= now);
+    for (const statement of overdue) this.untrack(statement);
+    let next = Number.POSITIVE_INFINITY;
+    for (const statement of this.pending) next = Math.min(next, statement.deadline);
+    for (const statement of overdue) statement.expire();
+    if (next !== Number.POSITIVE_INFINITY) this.arm(Math.max(1, next - now));
+  };
 }
 
 /** Per pooled client: its listeners are attached once, not per transaction. */
@@ -444,10 +486,65 @@ const connections = new WeakMap<PgPoolClientLike, ConnectionState>();
  * removing them around every transaction cost more than the rest of the watch): a
  * connection seen lost is destroyed, never pooled again, so its state is never stale.
  */
+class ClientWatch {
+  private released = false;
+
+  constructor(
+    private readonly client: PgPoolClientLike,
+    private readonly state: ConnectionState,
+  ) {}
+
+  /** The first error or end event seen on the client's connection, if any. */
+  get lost(): unknown {
+    return this.state.lost;
+  }
+
+  /**
+   * Bounds one statement by `ms`: past it the connection is declared dead and destroyed,
+   * and `reject` gets the `StoreUnavailableError`.
+   */
+  track(ms: number, reject: (error: unknown) => void): PendingStatement {
+    const statement: PendingStatement = {
+      deadline: Date.now() + ms,
+      expire: () => {
+        const error = new StoreUnavailableError(
+          `PostgreSQL did not answer within ${ms} ms (queryTimeoutMs): connection discarded`,
+        );
+        this.kill(error);
+        reject(error);
+      },
+    };
+    this.state.track(statement, ms);
+    return statement;
+  }
+
+  untrack(statement: PendingStatement): void {
+    this.state.untrack(statement);
+  }
+
+  /** Declares the connection dead (a statement timed out) and destroys it now. */
+  kill(reason: Error): void {
+    this.state.lost ??= reason;
+    this.release(true);
+  }
+
+  /** Gives the client back; a dead or suspect one is destroyed instead of pooled. */
+  release(suspect: boolean): void {
+    if (this.released) return;
+    this.released = true;
+    const { lost } = this.state;
+    if (lost !== undefined || suspect) {
+      this.client.release(lost instanceof Error ? lost : true);
+      return;
+    }
+    this.client.release();
+  }
+}
+
 function watchClient(client: PgPoolClientLike): ClientWatch {
   let state = connections.get(client);
   if (state === undefined) {
-    const created: ConnectionState = { lost: undefined };
+    const created = new ConnectionState();
     client.on('error', (error: unknown) => {
       created.lost ??= error ?? new Error('connection error');
     });
@@ -457,26 +554,13 @@ function watchClient(client: PgPoolClientLike): ClientWatch {
     connections.set(client, created);
     state = created;
   }
-  const seen = state;
-  let released = false;
-  return {
-    get lost() {
-      return seen.lost;
-    },
-    kill(reason: Error) {
-      seen.lost ??= reason;
-      this.release(true);
-    },
-    release(suspect: boolean) {
-      if (released) return;
-      released = true;
-      if (seen.lost !== undefined || suspect) {
-        client.release(seen.lost instanceof Error ? seen.lost : true);
-        return;
-      }
-      client.release();
-    },
-  };
+  return new ClientWatch(client, state);
+}
+
+/** A statement's error, marked as coming from the store's own connection. */
+function markAndRethrow(error: unknown): never {
+  markFromStoreConnection(error);
+  throw error;
 }
 
 interface PgModule {
