@@ -59,7 +59,8 @@ export interface DemoProgress {
 
 /**
  * Where the deliveries beyond one per order came from. The four add up to
- * `deliveries - orders`: for Oncely that is exactly the duplicates it skipped.
+ * `deliveries - orders`. For Oncely each of them was skipped as a duplicate, or, when a
+ * lease ran out mid-handler on a loaded machine, its run failed and the message came back.
  */
 export interface DuplicateSources {
   /** Extra publishes of an order (the producer retried after a timeout). */
@@ -94,7 +95,12 @@ export interface DemoResult {
   producerDuplicates: number;
   expectedTotalCents: number;
   naive: ConsumerTally;
-  oncely: ConsumerTally & { paymentRows: number; distinctPaymentOrders: number };
+  oncely: ConsumerTally & {
+    /** Deliveries whose handler ran and committed: one per order. */
+    processed: number;
+    paymentRows: number;
+    distinctPaymentOrders: number;
+  };
   /** Both queues drained before the timeout. */
   drained: boolean;
   /** Oncely charged exactly the expected total and wrote one payment row per order. */
@@ -315,6 +321,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         charges: oncelyLedger.charges,
         totalChargedCents: oncelyLedger.totalCents,
         sources: sources(ONCELY_QUEUE, tally.received),
+        processed: tally.processed,
         paymentRows,
         distinctPaymentOrders,
       },

@@ -43,7 +43,11 @@ describe('payments demo', () => {
     expect(result.naive.deliveries).toBeGreaterThan(result.published);
     // ...which the naive consumer paid for again, and Oncely skipped.
     expect(result.naive.totalChargedCents).toBeGreaterThan(result.expectedTotalCents);
-    expect(result.oncely.duplicatesSkipped).toBe(result.oncely.deliveries - result.orders);
+    // Each order ran once; every other delivery was skipped as a duplicate, except (on a
+    // loaded machine) runs whose 300 ms lease ran out mid-handler: they failed and came back.
+    expect(result.oncely.processed).toBe(result.orders);
+    expect(result.oncely.duplicatesSkipped).toBeGreaterThan(0);
+    expect(result.oncely.duplicatesSkipped).toBeLessThanOrEqual(result.oncely.deliveries - result.orders);
     expect(result.oncely.totalChargedCents).toBe(result.expectedTotalCents);
     expect(result.oncely.charges).toBe(150);
     expect(result.oncely.paymentRows).toBe(150);

@@ -83,8 +83,10 @@ const REBUILD_MAX_MS = 30_000;
  * `eachBatchAutoResolve: false` and `autoCommit: false`, so no offset is resolved or
  * committed for a record whose store transaction has not committed.
  *
- * - Records of one partition are dispatched one at a time, in offset order; partitions
- *   run concurrently (`partitionsConsumedConcurrently`, default the consumer's concurrency).
+ * - Records of one partition are dispatched one at a time, in offset order (with the
+ *   consumer's `batch` option: up to `batch.size` of them together, in order, as one
+ *   transaction; see `deliverInOrder`); partitions run concurrently
+ *   (`partitionsConsumedConcurrently`, default the consumer's concurrency).
  * - A partition's committed offset only ever moves to the end of its done prefix: a
  *   record that is not done (retry, release) blocks the partition and is fetched again.
  * - Retries are in place: the partition is paused for the backoff delay and the record
