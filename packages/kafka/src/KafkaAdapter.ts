@@ -21,7 +21,7 @@ import type {
   Message,
   Producer,
 } from 'kafkajs';
-import kafkajs from 'kafkajs';
+import { buildKafkaClient, defaultMessageId } from './client.js';
 import { type ResolvedKafkaConfig, resolveKafkaConfig } from './config.js';
 import { DEAD_LETTER_HEADERS, deadLetterRecord } from './deadLetter.js';
 import { toEnvelope } from './envelope.js';
@@ -29,16 +29,6 @@ import { KafkaTopicMissingError } from './errors.js';
 import { kafkaLogCreator } from './kafkaLogger.js';
 import { MESSAGE_ID_HEADER } from './send.js';
 import { createTopics } from './topics.js';
-
-const { Kafka, logLevel } = kafkajs;
-
-const KAFKAJS_LOG_LEVELS = {
-  nothing: logLevel.NOTHING,
-  error: logLevel.ERROR,
-  warn: logLevel.WARN,
-  info: logLevel.INFO,
-  debug: logLevel.DEBUG,
-} as const;
 
 /** How one dispatched record ended, from the adapter's side. */
 type Settlement =
@@ -109,16 +99,8 @@ export class KafkaAdapter implements BrokerAdapter {
     return this.config.brokers.join(',');
   }
   readonly lease: AdapterLease;
-  /**
-   * The `message-id` header. In `offsets` mode the record's offset is its identity (the
-   * stored offset, not the ID, decides whether it was applied), so a record without the
-   * header gets `topic/partition/offset` instead of being dead-lettered as `missing-id`.
-   */
-  readonly defaultIdStrategy: IdStrategy = (envelope) => {
-    const header = envelope.attributes[MESSAGE_ID_HEADER];
-    if (header !== undefined && header.trim() !== '') return header;
-    return this.runtime?.mode === 'offsets' ? envelope.brokerMessageId : undefined;
-  };
+  /** The `message-id` header, or in `offsets` mode the offset (see `defaultMessageId`). */
+  readonly defaultIdStrategy: IdStrategy = (envelope) => defaultMessageId(envelope, this.runtime?.mode);
   /** The checked config with defaults applied. */
   readonly config: ResolvedKafkaConfig;
 
@@ -165,17 +147,7 @@ export class KafkaAdapter implements BrokerAdapter {
     const { config } = this;
     this.kafka =
       (config.kafka as KafkaClient | undefined) ??
-      new Kafka({
-        clientId: config.clientId,
-        brokers: config.brokers,
-        connectionTimeout: config.connectionTimeout,
-        requestTimeout: config.requestTimeout,
-        ssl: config.ssl as never,
-        sasl: config.sasl as never,
-        ...(config.retry ? { retry: config.retry } : {}),
-        logLevel: KAFKAJS_LOG_LEVELS[config.logLevel],
-        logCreator: kafkaLogCreator(runtime.log),
-      });
+      buildKafkaClient(config, { logCreator: kafkaLogCreator(runtime.log) });
     this.admin = this.kafka.admin();
     await this.admin.connect();
     const partitions = await this.topicPartitionCount(config.topic);

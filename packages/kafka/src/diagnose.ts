@@ -1,8 +1,9 @@
 import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
 import kafkajs from 'kafkajs';
+import { buildKafkaClient } from './client.js';
 import { resolveKafkaConfig } from './config.js';
 
-const { Kafka, logLevel } = kafkajs;
+const { logLevel } = kafkajs;
 
 /**
  * Checks a Kafka consumer's setup against the cluster for `oncely doctor`: the config,
@@ -62,13 +63,8 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     });
   }
 
-  const kafka = new Kafka({
+  const kafka = buildKafkaClient(resolved, {
     clientId: `${resolved.clientId}-doctor`,
-    brokers: resolved.brokers,
-    connectionTimeout: resolved.connectionTimeout,
-    requestTimeout: resolved.requestTimeout,
-    ssl: resolved.ssl as never,
-    sasl: resolved.sasl as never,
     logLevel: logLevel.NOTHING,
     retry: { retries: 1 },
   });

@@ -7,12 +7,12 @@ import {
   resolveMessageId,
 } from '@oncely/core';
 import kafkajs, { type Admin, type Consumer, type Kafka as KafkaClient, type KafkaMessage } from 'kafkajs';
+import { buildKafkaClient, defaultMessageId } from './client.js';
 import { resolveKafkaConfig } from './config.js';
 import { DEAD_LETTER_HEADERS } from './deadLetter.js';
 import { headersToAttributes, toEnvelope } from './envelope.js';
-import { MESSAGE_ID_HEADER } from './send.js';
 
-const { Kafka, logLevel } = kafkajs;
+const { logLevel } = kafkajs;
 
 /** Most dead letters read per call: reading is cheap, but a huge topic is not scanned whole. */
 const MAX_SCANNED = 100_000;
@@ -43,17 +43,12 @@ export async function findDeadLetters(
   const { deadLetterTopic } = resolved;
   const kafka =
     (resolved.kafka as KafkaClient | undefined) ??
-    new Kafka({
+    buildKafkaClient(resolved, {
       clientId: `${resolved.clientId}-inspect`,
-      brokers: resolved.brokers,
-      connectionTimeout: resolved.connectionTimeout,
-      requestTimeout: resolved.requestTimeout,
-      ssl: resolved.ssl as never,
-      sasl: resolved.sasl as never,
       logLevel: logLevel.NOTHING,
       retry: { retries: 1 },
     });
-  const strategy: IdStrategy = config.idStrategy ?? defaultIdStrategy(config.mode);
+  const strategy: IdStrategy = config.idStrategy ?? ((envelope) => defaultMessageId(envelope, config.mode));
   const admin = kafka.admin();
   await admin.connect();
   const groupId = `${resolved.groupId}-inspect-${randomUUID()}`;
@@ -71,15 +66,6 @@ export async function findDeadLetters(
     if (consumer) await admin.deleteGroups([groupId]).catch(() => {});
     await admin.disconnect().catch(() => {});
   }
-}
-
-/** The adapter's default (see `KafkaAdapter.defaultIdStrategy`): the header, or the offset in `offsets` mode. */
-function defaultIdStrategy(mode: ConsumerConfig['mode']): IdStrategy {
-  return (envelope) => {
-    const header = envelope.attributes[MESSAGE_ID_HEADER];
-    if (header !== undefined && header.trim() !== '') return header;
-    return mode === 'offsets' ? envelope.brokerMessageId : undefined;
-  };
 }
 
 /** Each non-empty partition's end offset now: the scan stops there. */
