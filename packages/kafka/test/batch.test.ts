@@ -9,6 +9,8 @@ import {
   type ConsumerConfig,
   type ConsumerEvent,
   isOncelyError,
+  type Message,
+  type SqlClient,
   silentLogger,
 } from '@oncely/core';
 import { createKafkaConsumer, type KafkaBrokerOptions } from '@oncely/kafka';
@@ -107,6 +109,16 @@ describe.skipIf(!brokers)('kafka batch path on a real broker', () => {
     );
   }
 
+  /** One effect row in the handler's transaction, with the record's place and attempt. */
+  async function insertEffect(name: string, message: Message<any>, tx: SqlClient): Promise<void> {
+    const raw = message.raw as { partition: number; message: { offset: string } };
+    await tx.query(
+      `INSERT INTO "${db.schema}".batch_effects (consumer, message_id, partition, record_offset, attempt)
+         VALUES ($1, $2, $3, $4, $5)`,
+      [name, message.id, raw.partition, raw.message.offset, message.deliveryAttempt],
+    );
+  }
+
   function consumer(
     name: string,
     broker: Omit<KafkaBrokerOptions, 'brokers'>,
@@ -126,14 +138,7 @@ describe.skipIf(!brokers)('kafka batch path on a real broker', () => {
       batch: { size: 20 },
       logger: silentLogger,
       backoff: { initialMs: 50, maxMs: 500, jitter: 0 },
-      handler: async (message, ctx) => {
-        const raw = message.raw as { partition: number; message: { offset: string } };
-        await ctx.tx.query(
-          `INSERT INTO "${db.schema}".batch_effects (consumer, message_id, partition, record_offset, attempt)
-             VALUES ($1, $2, $3, $4, $5)`,
-          [name, message.id, raw.partition, raw.message.offset, message.deliveryAttempt],
-        );
-      },
+      handler: (message, ctx) => insertEffect(name, message, ctx.tx),
       ...options,
     });
     running.push(c);
@@ -192,12 +197,7 @@ describe.skipIf(!brokers)('kafka batch path on a real broker', () => {
         // Slots for a full window of both partitions: p0-10 sits in the middle of its batch.
         concurrency: 60,
         handler: async (message, ctx) => {
-          const raw = message.raw as { partition: number; message: { offset: string } };
-          await ctx.tx.query(
-            `INSERT INTO "${db.schema}".batch_effects (consumer, message_id, partition, record_offset, attempt)
-               VALUES ($1, $2, $3, $4, $5)`,
-            [name, message.id, raw.partition, raw.message.offset, message.deliveryAttempt],
-          );
+          await insertEffect(name, message, ctx.tx);
           // Its first attempt fails (in both runs the batch makes of it), its second goes through.
           if (message.id === failing && message.deliveryAttempt === 1) throw new Error('fails once');
         },
@@ -247,12 +247,7 @@ describe.skipIf(!brokers)('kafka batch path on a real broker', () => {
       {
         maxAttempts: 2,
         handler: async (message, ctx) => {
-          const raw = message.raw as { partition: number; message: { offset: string } };
-          await ctx.tx.query(
-            `INSERT INTO "${db.schema}".batch_effects (consumer, message_id, partition, record_offset, attempt)
-               VALUES ($1, $2, $3, $4, $5)`,
-            [name, message.id, raw.partition, raw.message.offset, message.deliveryAttempt],
-          );
+          await insertEffect(name, message, ctx.tx);
           if (message.id === poison) throw new Error('poison');
         },
       },
