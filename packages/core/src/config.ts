@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError } from './errors.js';
-import { validateFingerprintOptions } from './fingerprint.js';
+import { MISMATCH_POLICIES, validateFingerprintOptions } from './fingerprint.js';
 import type { BrokerConfig, BrokerType, ConsumerConfig } from './types.js';
 
 /** Broker types `createConsumer` knows, and the package that implements each. */
@@ -33,7 +33,6 @@ export const DEFAULT_BATCH_MAX_WAIT_MS = 20;
 const MODES = ['transactional', 'leased', 'offsets'] as const;
 const BODY_FORMATS = ['json', 'text', 'buffer'] as const;
 const ID_STRATEGIES = ['producer', 'broker', 'deduplication-id', 'content-hash'] as const;
-const MISMATCH_POLICIES = ['skip', 'dead-letter'] as const;
 const KNOWN_FIELDS = new Set([
   'name',
   'broker',

@@ -2,6 +2,9 @@ import { createHash } from 'node:crypto';
 import { ConfigError } from './errors.js';
 import type { Envelope, Message, PayloadFingerprintOption } from './types.js';
 
+/** The values of `onPayloadMismatch`. */
+export const MISMATCH_POLICIES = ['skip', 'dead-letter'] as const;
+
 /**
  * What {@link payloadFingerprint} hashes: a body and, optionally, attributes.
  *
@@ -103,7 +106,7 @@ export function validateFingerprintOptions(option: unknown, policy: unknown): vo
       );
     }
   }
-  if (policy !== undefined && policy !== 'skip' && policy !== 'dead-letter') {
+  if (policy !== undefined && !(MISMATCH_POLICIES as readonly unknown[]).includes(policy)) {
     throw new ConfigError(
       'onPayloadMismatch',
       `must be 'skip' or 'dead-letter', got ${JSON.stringify(policy)}`,
