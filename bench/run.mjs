@@ -554,7 +554,7 @@ function summaryRows(results, out) {
           'attempts rows, subscription without a dead-letter policy',
           '—',
           String(r.attemptsRowsNoPolicy),
-          '— (one per message: the run is counted up front)',
+          '— (each run is counted up front, in a commit of its own; the row is deleted once the message is processed)',
           '',
           '',
           '',

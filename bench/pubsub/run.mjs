@@ -19,8 +19,8 @@
 //   oncely        createPubSubConsumer + PostgresStore; the handler does the same INSERT
 //   oncely no policy  the same on a subscription without a dead-letter policy: the
 //                 service sends no deliveryAttempt, so the core counts every run up front
-//                 (store.recordAttempt, one extra commit per message; its attempts rows
-//                 are reported apart)
+//                 (store.recordAttempt, one extra commit per message, and one more to
+//                 delete the row once processed; rows left are reported apart)
 //   oncely batch  the same consumer with `batch: { size }`
 // The emulator runs in this process, so its CPU is on the same event loop for every variant.
 import { PubSub } from '@google-cloud/pubsub';

@@ -602,6 +602,24 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     }
   }
 
+  /**
+   * A counted run whose message is done (its marker committed, by this run or an earlier
+   * one): the counter row has no further use, and keeping it would leave a row behind for
+   * every redelivery that succeeded (on Kafka, the first record of each partition after
+   * every rebalance). After the ack, so it never delays a settlement; a row this cannot
+   * delete stays until retention prunes it.
+   */
+  private async clearCount(delivery: Delivery, event: ConsumerEvent): Promise<void> {
+    const key = this.countedRuns.get(delivery);
+    if (!key || !this.store.clearAttempts) return;
+    this.countedRuns.delete(delivery);
+    try {
+      await this.store.clearAttempts(key);
+    } catch (error) {
+      this.log.debug('could not delete the attempt count of a processed message', { ...event, error });
+    }
+  }
+
   /** `transactional` and `offsets` modes: marker (or offset) and effect in one transaction. */
   private async runTransactional({
     message,
@@ -849,10 +867,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       case 'processed':
         this.emit('processed', event);
         await this.settle('ack', delivery, () => delivery.ack(), event);
+        await this.clearCount(delivery, event);
         return;
       case 'duplicate':
         this.emit('duplicate', event);
         await this.settle('ack', delivery, () => delivery.ack(), event);
+        await this.clearCount(delivery, event);
         return;
       case 'mismatch': {
         const mismatchEvent = { ...event, payloadMismatch: outcome.mismatch };
@@ -868,6 +888,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         this.log.warn('duplicate message ID with a different payload: skipped', mismatchEvent);
         this.emit('duplicate', mismatchEvent);
         await this.settle('ack', delivery, () => delivery.ack(), mismatchEvent);
+        await this.clearCount(delivery, mismatchEvent);
         return;
       }
       case 'busy':

@@ -125,6 +125,12 @@ export interface IdempotencyStore<Tx = SqlClient> {
    * below zero.
    */
   forgetAttempt(key: MessageKey): Promise<void>;
+  /**
+   * Deletes the attempt counter of `key`: its message is done (its marker committed), so
+   * the count has no further use. Optional: a store without it keeps the row until
+   * retention prunes it.
+   */
+  clearAttempts?(key: MessageKey): Promise<void>;
   /** Leased mode: claim `in_progress` until now + `leaseMs` (database time). */
   acquireLease(key: MessageKey, leaseMs: number): Promise<LeaseClaim>;
   /** Leased mode: extends the claim if `owner` still holds it. */

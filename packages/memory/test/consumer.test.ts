@@ -129,6 +129,17 @@ describe('createConsumer on the memory broker with the embedded store', () => {
     expect(dead).toContainEqual([undefined, 'missing-id']);
     expect(dead).toHaveLength(2);
     expect(counts.deadLettered).toBe(2);
+    // A processed message's counter is deleted (after its ack, hence the poll); the
+    // dead-lettered one keeps its count until retention prunes it.
+    const counters = async () => {
+      const { rows } = await store.transaction((tx) =>
+        tx.query<{ message_id: string; attempts: number }>(
+          `SELECT message_id, attempts FROM oncely.attempts WHERE consumer = 'e2e-retry' ORDER BY message_id`,
+        ),
+      );
+      return rows;
+    };
+    await expect.poll(counters).toEqual([{ message_id: 'broken', attempts: 2 }]);
   });
 
   it('renews the lease of a handler that runs longer than the visibility timeout', async () => {

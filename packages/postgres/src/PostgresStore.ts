@@ -490,6 +490,19 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     await this.attemptStatement(this.queries.forgetAttempt, key, 'forgetAttempt()');
   }
 
+  /**
+   * Deletes the attempt counter of `key` (its marker committed: the count has no further
+   * use), in its own short commit. The core calls it after a counted run's message was
+   * processed or found a duplicate, so the happy path leaves no attempts rows behind.
+   * @example
+   * ```ts
+   * await store.clearAttempts({ consumer: 'payments', messageId: 'm-1' });
+   * ```
+   */
+  async clearAttempts(key: MessageKey): Promise<void> {
+    await this.attemptStatement(this.queries.clearAttempts, key, 'clearAttempts()');
+  }
+
   private async attemptStatement(
     sql: string,
     key: MessageKey,

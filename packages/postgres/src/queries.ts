@@ -19,6 +19,8 @@ export interface StoreQueries {
   /** $1 consumer, $2 message ID. Returns the new count. */
   readonly recordAttempt: string;
   readonly forgetAttempt: string;
+  /** $1 consumer, $2 message ID: drops the counter of a message whose marker committed. */
+  readonly clearAttempts: string;
   /**
    * $1 consumer, $2 message ID, $3 lease ms, $4 owner token. Inserts an `in_progress`
    * claim, or takes over one whose deadline passed, in one statement (database time).
@@ -95,6 +97,12 @@ export function buildQueries(s: string): StoreQueries {
       RETURNING a.attempts`,
     forgetAttempt: `UPDATE ${s}.attempts SET attempts = attempts - 1, updated_at = now()
       WHERE consumer = $1 AND message_id = $2 AND attempts > 0`,
+    // Housekeeping after the marker committed, so no flush wait either (as recordAttempt):
+    // a row this loses is only kept until retention prunes it. The subquery is referenced
+    // so the planner evaluates it.
+    clearAttempts: `DELETE FROM ${s}.attempts
+      WHERE consumer = $1 AND message_id = $2
+        AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL`,
     acquireLease: `INSERT INTO ${markers} AS m (consumer, message_id, status, locked_until, owner)
       VALUES ($1, $2, 'in_progress', now() + $3::double precision ${MS}, $4)
       ON CONFLICT (consumer, message_id) DO UPDATE

@@ -116,3 +116,56 @@ describe.skipIf(!hasPostgres)('the up-front attempt count', () => {
     }
   });
 });
+
+describe.skipIf(!hasPostgres)('clearing the count of a processed message', () => {
+  // Catches: a DELETE wider than its key (another message's or consumer's count lost,
+  // which would let a crash-looping message run past maxAttempts), and the statement
+  // waiting for the WAL flush on the path of every counted message that succeeds.
+  it('deletes only that message’s counter, in one statement without the flush wait', async () => {
+    const schema = uniqueSchema('attempts');
+    schemas.push(schema);
+    const sent: Sent[] = [];
+    const { pool, recording } = recordingPool(sent);
+    const store = new PostgresStore({ pool: recording, schema });
+    try {
+      await store.migrate();
+      for (const key of [
+        { consumer: 'count', messageId: 'done' },
+        { consumer: 'count', messageId: 'other' },
+        { consumer: 'elsewhere', messageId: 'done' },
+      ]) {
+        await store.recordAttempt(key);
+      }
+      sent.length = 0;
+      await store.clearAttempts({ consumer: 'count', messageId: 'done' });
+      expect(sent, 'statements of one clearAttempts').toHaveLength(1);
+      expect(sent[0]!.text).toMatch(NO_FLUSH_WAIT);
+      const { rows } = await admin.query<{ consumer: string; message_id: string }>(
+        `SELECT consumer, message_id FROM "${schema}".attempts ORDER BY consumer, message_id`,
+      );
+      expect(rows).toEqual([
+        { consumer: 'count', message_id: 'other' },
+        { consumer: 'elsewhere', message_id: 'done' },
+      ]);
+      // No row: nothing to do, no error.
+      await store.clearAttempts({ consumer: 'count', messageId: 'never-counted' });
+
+      // Catches: a setting the planner never evaluates (the DELETE's WHERE must run it).
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query(sent[0]!.text, ['count', 'other']);
+        const { rows: setting } = await client.query<{ synchronous_commit: string }>(
+          'SHOW synchronous_commit',
+        );
+        expect(setting[0]!.synchronous_commit, 'inside the clearing transaction').toBe('off');
+        await client.query('ROLLBACK');
+      } finally {
+        client.release();
+      }
+    } finally {
+      await store.close();
+      await pool.end();
+    }
+  });
+});
