@@ -6,13 +6,10 @@
  * the core gives it with `batch: { size }`: `runtime.batchSize`, here the scenario's
  * concurrency (at most 8).
  *
- * Not run here, beyond what conformance.test.ts leaves out:
- * - 13 (`serverSideDisconnect`): the proxy's port is conformance.test.ts's, and only one
- *   file may listen on it.
- * - 3, 4, 12, 14: they drop, hold or watch settlements at the suite's fault injector,
- *   which wraps `runtime.dispatch` only (packages/testkit); records of the batch path go
- *   through `runtime.dispatchInOrder` and never reach it, so those scenarios wait for
- *   faults that cannot happen. batch.test.ts covers failures inside a batch.
+ * Not run here, beyond what conformance.test.ts leaves out: 13 (`serverSideDisconnect`):
+ * the proxy's port is conformance.test.ts's, and only one file may listen on it. The
+ * fault injector wraps `runtime.dispatchInOrder` as it wraps `dispatch`, so the scenarios
+ * that drop, hold or watch settlements (3, 4, 12, 14) run on the batch path too.
  */
 import type { AdapterModule, AdapterRuntime } from '@oncely/core';
 import { createAdapter } from '@oncely/kafka';
@@ -23,8 +20,8 @@ import { testBrokers } from './support/kafka.js';
 
 const brokers = testBrokers();
 const MAX_BATCH = 8;
-/** The scenarios whose faults do not need the injector's `dispatch` wrapper. */
-const APPLICABLE = [1, 2, 5, 6, 7, 8, 9, 10, 11, 15, 16, 17];
+/** Every scenario conformance.test.ts runs but 13 (see above). */
+const APPLICABLE = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17];
 
 /** The Kafka adapter module, its adapters started with `runtime.batchSize` set. */
 const batchingAdapter: AdapterModule = {

@@ -167,17 +167,25 @@ export class FaultInjector {
         return adapter.defaultIdStrategy;
       },
       start(runtime: AdapterRuntime) {
-        // Inherit every runtime member (getters included); only dispatch is intercepted.
-        const wrapped: AdapterRuntime = Object.create(runtime, {
-          dispatch: {
-            value: (delivery: Delivery) => {
-              const messageId = safeId(strategy, delivery);
-              injector.dispatches.push({ messageId, source, at: Date.now() });
-              return runtime.dispatch(injector.wrapDelivery(delivery, messageId, source));
-            },
-          },
-        });
-        return adapter.start(wrapped);
+        /** Records `delivery` as dispatched and routes its settlements through the hooks. */
+        const intercept = (delivery: Delivery): Delivery => {
+          const messageId = safeId(strategy, delivery);
+          injector.dispatches.push({ messageId, source, at: Date.now() });
+          return injector.wrapDelivery(delivery, messageId, source);
+        };
+        // Inherit every runtime member (getters included); only the two ways deliveries
+        // reach the core are intercepted: one at a time, and as an ordered batch (Kafka
+        // with `batch`), which the hooks must see just the same.
+        const members: PropertyDescriptorMap = {
+          dispatch: { value: (delivery: Delivery) => runtime.dispatch(intercept(delivery)) },
+        };
+        if (runtime.dispatchInOrder) {
+          const dispatchInOrder = runtime.dispatchInOrder.bind(runtime);
+          members.dispatchInOrder = {
+            value: (deliveries: readonly Delivery[]) => dispatchInOrder(deliveries.map(intercept)),
+          };
+        }
+        return adapter.start(Object.create(runtime, members) as AdapterRuntime);
       },
       pause: adapter.pause ? () => adapter.pause!() : undefined,
       resume: adapter.resume ? () => adapter.resume!() : undefined,
