@@ -234,11 +234,12 @@ export async function processBatchOnce<T, Tx = SqlClient>(
  *   store,
  *   'payments',
  *   events.map((e) => ({ messageId: e.id, orderId: e.orderId, amount: e.amount })),
- *   (fresh, tx) =>
- *     tx.query('INSERT INTO payments(order_id, amount) SELECT * FROM unnest($1::text[], $2::int[])', [
+ *   async (fresh, tx) => {
+ *     await tx.query('INSERT INTO payments(order_id, amount) SELECT * FROM unnest($1::text[], $2::int[])', [
  *       fresh.map((e) => e.orderId),
  *       fresh.map((e) => e.amount),
- *     ]).then(() => {}),
+ *     ]);
+ *   },
  * );
  * ```
  */
