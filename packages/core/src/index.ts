@@ -51,11 +51,18 @@ export {
 export type {
   BatchItem,
   BatchItemResult,
+  BatchMessage,
   OrderedBatchItemResult,
   ProcessOnceOptions,
   ProcessOnceResult,
 } from './processOnce.js';
-export { MAX_TRANSIENT_RETRIES, processBatchOnce, processOnce, retryTransient } from './processOnce.js';
+export {
+  MAX_TRANSIENT_RETRIES,
+  processBatchOnce,
+  processBatchTogether,
+  processOnce,
+  retryTransient,
+} from './processOnce.js';
 export type { TelemetryConfig } from './telemetry.js';
 export { extractTraceContext, INSTRUMENTATION_SCOPE, traceHeaders } from './telemetry.js';
 export type {
