@@ -17,7 +17,14 @@ import { LeaseKeeper } from './LeaseKeeper.js';
 import { stderrLogger, toLogger } from './logger.js';
 import type { PublishOptions } from './outbox.js';
 import { outboxOf, toOutboxWrite } from './outbox.js';
-import { fingerprintStore, processBatchOnce, retryTransient } from './processOnce.js';
+import {
+  type BatchItemResult,
+  fingerprintStore,
+  type OrderedBatchItemResult,
+  processBatchOnce,
+  processBatchTogether,
+  retryTransient,
+} from './processOnce.js';
 import { Telemetry } from './telemetry.js';
 import type {
   AdapterRuntime,
@@ -40,9 +47,13 @@ type State = 'created' | 'running' | 'stopping' | 'stopped';
 
 /** Resolved config: every optional field filled in. */
 type Settings<TBody, Tx> = Required<
-  Omit<ConsumerConfig<TBody, Tx>, 'idStrategy' | 'backoff' | 'batch' | 'payloadFingerprint' | 'telemetry'>
+  Omit<
+    ConsumerConfig<TBody, Tx>,
+    'idStrategy' | 'backoff' | 'batch' | 'payloadFingerprint' | 'telemetry' | 'handler' | 'batchHandler'
+  >
 > &
-  Pick<ConsumerConfig<TBody, Tx>, 'backoff' | 'batch' | 'payloadFingerprint'> & {
+  // One of the two handlers is set (validateConsumerConfig).
+  Pick<ConsumerConfig<TBody, Tx>, 'backoff' | 'batch' | 'payloadFingerprint' | 'handler' | 'batchHandler'> & {
     idStrategy: NonNullable<ConsumerConfig['idStrategy']>;
   };
 
@@ -529,21 +540,24 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   }
 
   private async batchOutcomes(batch: readonly Prepared<TBody>[]): Promise<Outcome[]> {
-    const results = await processBatchOnce(
-      this.store,
-      this.settings.name,
-      batch.map((entry) => ({
-        messageId: entry.key.messageId,
-        fingerprint: entry.fingerprint,
-        orderingGroup: orderingGroupOf(entry.delivery.envelope),
-        work: (tx: Tx) =>
-          // The batch runs in whichever delivery's context filled it: each handler gets its own span.
-          this.telemetry.within(entry.delivery, async () => {
-            if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
-            await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
-          }),
-      })),
-    );
+    const results: ReadonlyArray<BatchItemResult<unknown> | OrderedBatchItemResult<unknown>> = this.settings
+      .batchHandler
+      ? await this.runTogether(batch)
+      : await processBatchOnce(
+          this.store,
+          this.settings.name,
+          batch.map((entry) => ({
+            messageId: entry.key.messageId,
+            fingerprint: entry.fingerprint,
+            orderingGroup: orderingGroupOf(entry.delivery.envelope),
+            work: (tx: Tx) =>
+              // The batch runs in whichever delivery's context filled it: each handler gets its own span.
+              this.telemetry.within(entry.delivery, async () => {
+                if (entry.attempt > this.settings.maxAttempts) throw new AttemptsExhausted();
+                await this.runHandler(entry.message, tx, entry.attempt, entry.keeper);
+              }),
+          })),
+        );
     return results.map((result): Outcome => {
       if (result.status === 'duplicate' && result.payloadMismatch)
         return { kind: 'mismatch', mismatch: result.payloadMismatch };
@@ -554,6 +568,35 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       if (result.error instanceof ReleaseRequested) return { kind: 'release' };
       return { kind: 'failed', error: result.error };
     });
+  }
+
+  /**
+   * `batchHandler`: one call for the batch's new messages. A message whose attempts are
+   * used up fails the joint call before it runs; the isolation pass then finds it alone
+   * (`exhausted`), exactly as on the per-message path, and commits the others.
+   */
+  private runTogether(batch: readonly Prepared<TBody>[]): Promise<OrderedBatchItemResult<void>[]> {
+    return processBatchTogether(
+      this.store,
+      this.settings.name,
+      batch.map((entry) => ({
+        messageId: entry.key.messageId,
+        fingerprint: entry.fingerprint,
+        orderingGroup: orderingGroupOf(entry.delivery.envelope),
+        entry,
+      })),
+      async (fresh, tx) => {
+        const entries = fresh.map((item) => item.entry);
+        if (entries.some((entry) => entry.attempt > this.settings.maxAttempts)) throw new AttemptsExhausted();
+        // One message alone runs in its own span; a joint call in whichever delivery's
+        // context filled the batch.
+        if (entries.length === 1) {
+          await this.telemetry.within(entries[0]!.delivery, () => this.runBatchHandler(entries, tx));
+        } else {
+          await this.runBatchHandler(entries, tx);
+        }
+      },
+    );
   }
 
   /**
@@ -784,11 +827,15 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     attempt: number,
     keeper: LeaseKeeper,
   ): Promise<unknown> {
+    const { handler, batchHandler } = this.settings;
+    // With batchHandler, a message that runs on its own (a batch's isolation pass, the
+    // one-by-one fallback) is a batch of one.
+    if (batchHandler) return this.runBatchHandler([{ message, attempt, keeper }], tx as Tx);
     const ctx = this.context(message, tx, attempt, keeper);
     keeper.startHandlerClock();
     let result: unknown;
     try {
-      result = await this.settings.handler(message, ctx);
+      result = await handler!(message, ctx);
     } catch (error) {
       // Whatever the handler threw once the stop deadline aborted it (often the abort
       // itself), the message did not fail: the consumer is going away.
@@ -797,13 +844,31 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     } finally {
       keeper.stopHandlerClock();
     }
-    // A timed-out or shut-down handler must not commit: it may have stopped half-way when
-    // it saw the signal. A lost lease alone does not stop a finished handler from
-    // committing — the unique key settles the race with whoever got the redelivery.
-    const reason = keeper.reason;
-    if (isShutdown(keeper)) throw new ReleaseRequested();
-    if (keeper.aborted && !(reason instanceof LeaseLostError)) throw reason;
+    mayCommit(keeper);
     return result;
+  }
+
+  /** `batchHandler` over `entries`, in one transaction: runHandler's rules for each of them. */
+  private async runBatchHandler(
+    entries: ReadonlyArray<Pick<Prepared<TBody>, 'message' | 'attempt' | 'keeper'>>,
+    tx: Tx,
+  ): Promise<void> {
+    const batch = entries.map(({ message, attempt, keeper }) => ({
+      message,
+      ctx: this.context(message, tx, attempt, keeper),
+    }));
+    for (const { keeper } of entries) keeper.startHandlerClock();
+    try {
+      await this.settings.batchHandler!(batch, tx);
+    } catch (error) {
+      if (entries.some(({ keeper }) => isShutdown(keeper))) throw new ReleaseRequested();
+      throw error;
+    } finally {
+      for (const { keeper } of entries) keeper.stopHandlerClock();
+    }
+    // One message that may not commit fails the joint call: the isolation pass then
+    // commits the others and settles that one alone.
+    for (const { keeper } of entries) mayCommit(keeper);
   }
 
   private context(message: Message<TBody>, tx: Tx | undefined, attempt: number, keeper: LeaseKeeper) {
@@ -1124,6 +1189,17 @@ function orderingGroupOf(envelope: Delivery['envelope']): string | undefined {
 
 function isShutdown(signal: { readonly aborted: boolean; readonly reason: unknown }): boolean {
   return signal.aborted && isOncelyError(signal.reason, 'SHUTDOWN');
+}
+
+/**
+ * Throws unless a finished handler's work may commit. A timed-out or shut-down handler
+ * must not commit: it may have stopped half-way when it saw the signal. A lost lease
+ * alone does not stop a finished handler from committing — the unique key settles the
+ * race with whoever got the redelivery.
+ */
+function mayCommit(keeper: LeaseKeeper): void {
+  if (isShutdown(keeper)) throw new ReleaseRequested();
+  if (keeper.aborted && !(keeper.reason instanceof LeaseLostError)) throw keeper.reason;
 }
 
 function errorText(error: unknown): string {

@@ -38,6 +38,7 @@ const KNOWN_FIELDS = new Set([
   'broker',
   'store',
   'handler',
+  'batchHandler',
   'concurrency',
   'mode',
   'idStrategy',
@@ -85,8 +86,7 @@ export function validateConsumerConfig(config: ConsumerConfig<any, any>): void {
       'must be an idempotency store such as new PostgresStore(...) or PostgresStore.embedded()',
     );
   }
-  if (typeof config.handler !== 'function')
-    throw new ConfigError('handler', 'must be an async function (message, ctx) => ...');
+  checkHandlers(config);
   const { idStrategy, bodyFormat, logger } = config;
   validateFingerprintOptions(config.payloadFingerprint, config.onPayloadMismatch);
   if (config.payloadFingerprint && config.mode === 'offsets') {
@@ -105,6 +105,26 @@ export function validateConsumerConfig(config: ConsumerConfig<any, any>): void {
 }
 
 /** `telemetry`: each provider, when given, has the one method Oncely calls on it. */
+/** Exactly one of `handler` and `batchHandler`; the batch one only where batches exist. */
+function checkHandlers(config: ConsumerConfig<any, any>): void {
+  const { handler, batchHandler } = config;
+  if (handler !== undefined && batchHandler !== undefined) {
+    throw new ConfigError('batchHandler', 'cannot be given with handler: give one of them');
+  }
+  if (batchHandler === undefined) {
+    if (typeof handler !== 'function')
+      throw new ConfigError(
+        'handler',
+        'must be an async function (message, ctx) => ... (or give batchHandler)',
+      );
+    return;
+  }
+  if (typeof batchHandler !== 'function')
+    throw new ConfigError('batchHandler', 'must be an async function (entries, tx) => ...');
+  if (config.batch === undefined)
+    throw new ConfigError('batchHandler', 'needs batch: { size }: it is called with the messages of a batch');
+}
+
 function checkTelemetry(telemetry: unknown): void {
   if (telemetry === undefined) return;
   if (typeof telemetry !== 'object' || telemetry === null)
@@ -251,7 +271,7 @@ function show(value: unknown): string {
 // ---------------------------------------------------------------------------------------
 
 /** The part of a consumer config that can live in a file or the environment. */
-export type LoadedConfig = Omit<ConsumerConfig, 'store' | 'handler' | 'logger'>;
+export type LoadedConfig = Omit<ConsumerConfig, 'store' | 'handler' | 'batchHandler' | 'logger'>;
 
 /**
  * Where {@link loadConfig} reads from.
@@ -452,7 +472,7 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
     if (typeof config !== 'object' || config === null || Array.isArray(config)) {
       throw new ConfigError('ONCELY_CONFIG_FILE', `must hold a JSON object (${file})`);
     }
-    for (const field of ['store', 'handler', 'logger', 'telemetry']) {
+    for (const field of ['store', 'handler', 'batchHandler', 'logger', 'telemetry']) {
       if (field in config) throw new ConfigError(field, `cannot come from a file (${file}); pass it in code`);
     }
   }

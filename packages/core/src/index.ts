@@ -71,6 +71,8 @@ export type {
   AdapterOptions,
   AdapterRuntime,
   BackoffConfig,
+  BatchEntry,
+  BatchHandler,
   BodyFormat,
   BrokerAdapter,
   BrokerConfig,

@@ -255,6 +255,28 @@ export type Handler<TBody = unknown, Tx = SqlClient> = (
   ctx: HandlerContext<Tx>,
 ) => Promise<unknown>;
 
+/** One message of a batch given to a {@link BatchHandler}, with its own context. */
+export interface BatchEntry<TBody = unknown, Tx = SqlClient> {
+  message: Message<TBody>;
+  /**
+   * This message's context: its attempt, signal, log, idempotency keys and outbox
+   * publishes. `ctx.tx` is the batch's one transaction (the handler's second argument).
+   */
+  ctx: HandlerContext<Tx>;
+}
+
+/**
+ * The user's handler for a whole batch (`batchHandler` with `batch`): called once with
+ * the batch's new messages (duplicates already left out), inside the transaction that
+ * commits their markers, so their effects can be one multi-row statement. Throwing rolls
+ * the batch back; it then runs again with each message alone (`entries` of one), so the
+ * one at fault fails alone and is retried.
+ */
+export type BatchHandler<TBody = unknown, Tx = SqlClient> = (
+  entries: readonly BatchEntry<TBody, Tx>[],
+  tx: Tx,
+) => Promise<void>;
+
 // ---------------------------------------------------------------------------------------
 // Adapters
 // ---------------------------------------------------------------------------------------
@@ -575,7 +597,29 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
   /** `{ type, ...the adapter's options }`; typed per adapter, see {@link BrokerOptionsByType}. */
   broker: TypedBrokerConfig;
   store: IdempotencyStore<Tx>;
-  handler: Handler<TBody, Tx>;
+  /** Runs once per message, in the transaction of its marker. Give this or `batchHandler`. */
+  handler?: Handler<TBody, Tx>;
+  /**
+   * With `batch`, instead of `handler`: one call per batch with its new messages, in the
+   * transaction of their markers. For effects that can be one statement for the whole
+   * batch (`INSERT ... SELECT * FROM unnest($1::text[], ...)`): a batch then costs about
+   * four round trips whatever its size, where `handler` pays one per message per
+   * statement. If it throws, the batch rolls back and runs again with each message alone
+   * (a batch of one), so it must accept any number of entries, and calls outside the
+   * transaction need `ctx.idempotencyKey`s, as for any retry. See `processBatchTogether`.
+   *
+   * @example
+   * ```ts
+   * batch: { size: 32 },
+   * batchHandler: async (entries, tx) => {
+   *   await tx.query('INSERT INTO payments(order_id, amount) SELECT * FROM unnest($1::text[], $2::int[])', [
+   *     entries.map((e) => e.message.body.orderId),
+   *     entries.map((e) => e.message.body.amount),
+   *   ]);
+   * },
+   * ```
+   */
+  batchHandler?: BatchHandler<TBody, Tx>;
   /** Handlers in flight at once. @default 1 */
   concurrency?: number;
   /** @default 'transactional' */
@@ -607,7 +651,8 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
    * runs again with each handler under its own savepoint (the failing one rolls back
    * alone and is retried; see `processBatchOnce`). A batch runs when full or
    * `maxWaitMs` (default 20) after its first message. `size` must not exceed
-   * `concurrency`; `transactional` mode only. Handlers of a batch run one after another.
+   * `concurrency`; `transactional` mode only. Handlers of a batch run one after another;
+   * `batchHandler` takes the whole batch in one call instead.
    */
   batch?: { size: number; maxWaitMs?: number };
   /**

@@ -1,0 +1,159 @@
+/**
+ * `batchHandler`: one call per batch with its new messages, inside the transaction of
+ * their markers. What must hold is what holds for `handler`: each message's effect once
+ * (duplicates never reach it), a message at fault fails alone and is retried, then
+ * dead-lettered, and the rest of its batch commits.
+ */
+import { type BatchEntry, ConfigError, createConsumer, type SqlClient, silentLogger } from '@oncely/core';
+import { createMemoryConsumer, MemoryBroker } from '@oncely/memory';
+import { PostgresStore } from '@oncely/postgres';
+import { afterEach, describe, expect, it } from 'vitest';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function storeWithEffects(): Promise<PostgresStore> {
+  const store = PostgresStore.embedded();
+  cleanups.push(() => store.close());
+  await store.migrate();
+  // No unique key on message_id: only the processed marker may stop a second row.
+  await store.transaction((tx) =>
+    tx.query('CREATE TABLE effects (n serial PRIMARY KEY, message_id text NOT NULL)'),
+  );
+  return store;
+}
+
+function newBroker(): MemoryBroker {
+  const broker = new MemoryBroker();
+  cleanups.push(() => broker.close());
+  return broker;
+}
+
+/** The handler's effect for every entry, as one statement. */
+async function insertAll(entries: readonly BatchEntry<unknown, SqlClient>[], tx: SqlClient): Promise<void> {
+  await tx.query('INSERT INTO effects (message_id) SELECT unnest($1::text[])', [
+    entries.map((entry) => entry.message.id),
+  ]);
+}
+
+async function effectsPerId(store: PostgresStore): Promise<Map<string, number>> {
+  const { rows } = await store.transaction((tx) =>
+    tx.query<{ message_id: string; n: number }>(
+      'SELECT message_id, count(*)::int AS n FROM effects GROUP BY message_id',
+    ),
+  );
+  return new Map(rows.map((row) => [row.message_id, row.n]));
+}
+
+describe('batchHandler on the memory broker', () => {
+  it('gets each batch’s new messages in one call, in the transaction of their markers', async () => {
+    const broker = newBroker();
+    const store = await storeWithEffects();
+    const calls: Array<{ ids: string[]; sameTx: boolean; keys: string[] }> = [];
+    const consumer = createMemoryConsumer<{ n: number }>({
+      name: 'together',
+      broker: { broker, queue: 'orders' },
+      store,
+      concurrency: 8,
+      batch: { size: 8, maxWaitMs: 50 },
+      logger: silentLogger,
+      batchHandler: async (entries, tx) => {
+        calls.push({
+          ids: entries.map((entry) => entry.message.id),
+          sameTx: entries.every((entry) => entry.ctx.tx === tx),
+          keys: entries.map((entry) => entry.ctx.idempotencyKey('charge')),
+        });
+        await insertAll(entries, tx);
+      },
+    });
+    cleanups.push(() => consumer.stop());
+    let duplicates = 0;
+    consumer.on('duplicate', () => duplicates++);
+
+    // Every message is in the queue before the consumer starts, so batches fill.
+    for (let i = 0; i < 40; i++) await broker.send('orders', { id: `order-${i}`, body: { n: i } });
+    // Producer duplicates of the first ten: their copies must never reach the handler.
+    for (let i = 0; i < 10; i++) await broker.send('orders', { id: `order-${i}`, body: { n: i } });
+    await consumer.start();
+    expect(await broker.waitForIdle('orders', { timeoutMs: 20_000 })).toBe(true);
+
+    const effects = await effectsPerId(store);
+    expect(effects.size).toBe(40);
+    expect([...effects.values()].every((n) => n === 1)).toBe(true);
+    expect(duplicates).toBe(10);
+    const passed = calls.flatMap((call) => call.ids);
+    expect([...passed].sort()).toEqual([...effects.keys()].sort());
+    expect(Math.max(...calls.map((call) => call.ids.length)), 'entries in the largest call').toBeGreaterThan(1);
+    expect(calls.every((call) => call.sameTx)).toBe(true);
+    // Each entry's context is its own message's.
+    expect(calls.flatMap((call) => call.keys)).toEqual(passed.map((id) => `together:${id}:charge`));
+    expect(broker.deadLetters('orders')).toEqual([]);
+  });
+
+  it('commits the rest of a batch when one message fails, retries that one alone, then dead-letters it', async () => {
+    const broker = newBroker();
+    const store = await storeWithEffects();
+    const poisonRuns: number[] = [];
+    const consumer = createMemoryConsumer<{ poison?: boolean }>({
+      name: 'isolate',
+      broker: { broker, queue: 'work' },
+      store,
+      concurrency: 8,
+      batch: { size: 8, maxWaitMs: 50 },
+      maxAttempts: 3,
+      backoff: { initialMs: 20, maxMs: 20 },
+      logger: silentLogger,
+      batchHandler: async (entries, tx) => {
+        await insertAll(entries, tx);
+        const poison = entries.find((entry) => entry.message.body.poison);
+        if (poison) {
+          poisonRuns.push(poison.ctx.attempt);
+          throw new Error('this message is rejected');
+        }
+      },
+    });
+    cleanups.push(() => consumer.stop());
+    for (let i = 0; i < 12; i++) {
+      await broker.send('work', { id: `m-${i}`, body: i === 5 ? { poison: true } : {} });
+    }
+    await consumer.start();
+    expect(await broker.waitForIdle('work', { timeoutMs: 20_000 })).toBe(true);
+
+    // The joint call's rows rolled back, the isolation pass committed the healthy ones.
+    const effects = await effectsPerId(store);
+    expect([...effects.keys()].sort()).toEqual(
+      Array.from({ length: 12 }, (_, i) => `m-${i}`)
+        .filter((id) => id !== 'm-5')
+        .sort(),
+    );
+    expect([...effects.values()].every((n) => n === 1)).toBe(true);
+    const dead = broker.deadLetters('work').map((d) => [d.producerMessageId, d.reason]);
+    expect(dead).toEqual([['m-5', 'max-attempts']]);
+    // Attempts 1..3 ran (the first twice: in the joint call and alone); the 4th never runs.
+    expect(Math.max(...poisonRuns)).toBe(3);
+  });
+
+  it('is refused without batch, next to handler, or when neither is given', async () => {
+    const broker = newBroker();
+    const store = PostgresStore.embedded();
+    cleanups.push(() => store.close());
+    const base = {
+      name: 'config',
+      broker: { type: 'memory' as const, broker, queue: 'q' },
+      store,
+      logger: silentLogger,
+    };
+    const batchHandler = async () => {};
+    const handler = async () => {};
+    await expect(createConsumer({ ...base, batchHandler })).rejects.toThrow(
+      /batchHandler.*needs batch: \{ size \}/,
+    );
+    await expect(
+      createConsumer({ ...base, batchHandler, handler, concurrency: 4, batch: { size: 4 } }),
+    ).rejects.toThrow(/batchHandler.*cannot be given with handler/);
+    await expect(createConsumer(base)).rejects.toThrow(ConfigError);
+    await expect(createConsumer(base)).rejects.toThrow(/handler.*must be an async function/);
+  });
+});
