@@ -85,7 +85,9 @@ describe('batchHandler on the memory broker', () => {
     expect(duplicates).toBe(10);
     const passed = calls.flatMap((call) => call.ids);
     expect([...passed].sort()).toEqual([...effects.keys()].sort());
-    expect(Math.max(...calls.map((call) => call.ids.length)), 'entries in the largest call').toBeGreaterThan(1);
+    expect(Math.max(...calls.map((call) => call.ids.length)), 'entries in the largest call').toBeGreaterThan(
+      1,
+    );
     expect(calls.every((call) => call.sameTx)).toBe(true);
     // Each entry's context is its own message's.
     expect(calls.flatMap((call) => call.keys)).toEqual(passed.map((id) => `together:${id}:charge`));
@@ -133,6 +135,43 @@ describe('batchHandler on the memory broker', () => {
     expect(dead).toEqual([['m-5', 'max-attempts']]);
     // Attempts 1..3 ran (the first twice: in the joint call and alone); the 4th never runs.
     expect(Math.max(...poisonRuns)).toBe(3);
+  });
+
+  it('dead-letters a message whose attempts are used up without running it, and commits the rest', async () => {
+    const broker = newBroker();
+    const store = await storeWithEffects();
+    // 'worn' crashed three consumers already: its count is at maxAttempts, and its next
+    // delivery is a redelivery (received once, lease ended), so the run is counted up front.
+    for (let i = 0; i < 3; i++) await store.recordAttempt({ consumer: 'worn-out', messageId: 'worn' });
+    await broker.send('work', { id: 'worn', body: {} });
+    for (let i = 0; i < 7; i++) await broker.send('work', { id: `m-${i}`, body: {} });
+    expect(await broker.receive('work', { max: 1 })).toHaveLength(1);
+    expect(broker.forceRedelivery('work', 'worn')).toBe(1);
+    const seen: string[] = [];
+    const consumer = createMemoryConsumer({
+      name: 'worn-out',
+      broker: { broker, queue: 'work' },
+      store,
+      concurrency: 8,
+      batch: { size: 8, maxWaitMs: 50 },
+      maxAttempts: 3,
+      logger: silentLogger,
+      batchHandler: async (entries, tx) => {
+        seen.push(...entries.map((entry) => entry.message.id));
+        await insertAll(entries, tx);
+      },
+    });
+    cleanups.push(() => consumer.stop());
+    await consumer.start();
+    expect(await broker.waitForIdle('work', { timeoutMs: 20_000 })).toBe(true);
+
+    expect(seen, 'messages the handler ran').not.toContain('worn');
+    expect([...(await effectsPerId(store)).keys()].sort()).toEqual(
+      Array.from({ length: 7 }, (_, i) => `m-${i}`),
+    );
+    expect(broker.deadLetters('work').map((d) => [d.producerMessageId, d.reason])).toEqual([
+      ['worn', 'max-attempts'],
+    ]);
   });
 
   it('is refused without batch, next to handler, or when neither is given', async () => {
