@@ -15,6 +15,10 @@
 // without the guarantee).
 //
 //   node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4] [--batch-size 50]
+//                            [--rounds 1] [--runs raw,raw+tx,raw+marker,oncely,oncely-offsets,oncely-batch]
+//
+// --rounds repeats the chosen runs, interleaved (round 1 of each run, then round 2 ...);
+// the table shows medians, and each ratio is the median of the per-round ratios.
 //
 // --concurrency is the partitions consumed at once in every run; oncely-batch gets
 // batch-size handler slots per such partition (its `concurrency`), so each can fill a batch.
@@ -41,12 +45,14 @@ const { values: args } = parseArgs({
     partitions: { type: 'string', default: '4' },
     concurrency: { type: 'string', default: '4' },
     'batch-size': { type: 'string', default: '50' },
+    rounds: { type: 'string', default: '1' },
+    runs: { type: 'string', default: 'raw,raw+tx,raw+marker,oncely,oncely-offsets,oncely-batch' },
     help: { type: 'boolean', default: false },
   },
 });
 if (args.help) {
   console.log(
-    'node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4] [--batch-size 50]\n' +
+    'node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4] [--batch-size 50] [--rounds 1] [--runs a,b,...]\n' +
       'runs: raw, raw+tx, raw+marker, oncely, oncely-offsets, oncely-batch (see the header of this file)',
   );
   process.exit(0);
@@ -55,6 +61,8 @@ const N = Number(args.messages);
 const BATCH_SIZE = Number(args['batch-size']);
 const PARTITIONS = Number(args.partitions);
 const CONCURRENCY = Number(args.concurrency);
+const ROUNDS = Number(args.rounds);
+const RUNS = args.runs.split(',');
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const emulator = fileURLToPath(new URL('../../test/emulators/kafka/', import.meta.url));
 let brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:19092').split(',');
@@ -92,7 +100,9 @@ if (!(await reachable(brokers))) {
 
 const kafka = new Kafka({ clientId: 'oncely-bench', brokers, logLevel: logLevel.NOTHING });
 const admin = kafka.admin();
-const producer = kafka.producer();
+// Idempotent: a send retried under load must not write its records twice (the duplicates
+// would be absorbed by every run, but they inflate the work of whichever run got them).
+const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
 await Promise.all([admin.connect(), producer.connect()]);
 const pool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY + 2 });
 const schema = `oncely_kafka_bench_${tag}`;
@@ -218,24 +228,37 @@ async function oncely(name, mode, batch) {
   return ms;
 }
 
+const runs = {
+  raw: (round) => rawLoop(`raw${round}`, false),
+  'raw+tx': (round) => rawLoop(`rawtx${round}`, 'bare'),
+  'raw+marker': (round) => rawLoop(`rawmarker${round}`, 'marker'),
+  oncely: (round) => oncely(`oncely${round}`, 'transactional'),
+  'oncely-offsets': (round) => oncely(`offsets${round}`, 'offsets'),
+  'oncely-batch': (round) => oncely(`batch${round}`, 'transactional', BATCH_SIZE),
+};
+const unknown = RUNS.filter((label) => !(label in runs));
+if (unknown.length > 0) throw new Error(`unknown runs: ${unknown.join(', ')}`);
+/** Per run: the elapsed ms of each round (rounds interleave the runs, so drift hits all alike). */
+const rounds = new Map(RUNS.map((label) => [label, []]));
 const results = [];
 let attemptsRows;
 try {
-  for (const [label, run] of [
-    ['raw', () => rawLoop('raw', false)],
-    ['raw+tx', () => rawLoop('rawtx', 'bare')],
-    ['raw+marker', () => rawLoop('rawmarker', 'marker')],
-    ['oncely', () => oncely('oncely', 'transactional')],
-    ['oncely-offsets', () => oncely('offsets', 'offsets')],
-    ['oncely-batch', () => oncely('batch', 'transactional', BATCH_SIZE)],
-  ]) {
-    const ms = await run();
-    results.push({ label, ms, perSecond: Math.round((N / ms) * 1000) });
-    console.error(`${label}: ${N} records in ${ms.toFixed(0)} ms`);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const label of RUNS) {
+      const ms = await runs[label](round);
+      rounds.get(label).push(ms);
+      console.error(`round ${round + 1}, ${label}: ${N} records in ${ms.toFixed(0)} ms`);
+    }
+  }
+  for (const [label, times] of rounds) {
+    const ms = median(times);
+    results.push({ label, ms, perSecond: Math.round((N / ms) * 1000), rounds: times.map(Math.round) });
   }
   // The happy path writes no attempts row (issue 15 measures it).
-  const counted = await pool.query(`SELECT count(*)::int AS n FROM "${schema}_store".attempts`);
-  attemptsRows = counted.rows[0].n;
+  if (RUNS.some((label) => label.startsWith('oncely'))) {
+    const counted = await pool.query(`SELECT count(*)::int AS n FROM "${schema}_store".attempts`);
+    attemptsRows = counted.rows[0].n;
+  }
 } finally {
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}_store" CASCADE`).catch(() => {});
@@ -244,12 +267,27 @@ try {
   if (startedBroker) spawnSync('bash', [`${emulator}stop.sh`], { stdio: 'inherit' });
 }
 
-const baseline = results.find((r) => r.label === 'raw+tx');
-console.log(`\nKafka, ${N} records, ${PARTITIONS} partitions, concurrency ${CONCURRENCY}`);
-console.log('run              records/s   vs raw+tx');
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** Ratio of run `label` against `base`: the median over rounds of the per-round ratio. */
+function ratio(label, base) {
+  const mine = rounds.get(label);
+  const theirs = rounds.get(base);
+  if (!mine || !theirs) return '—';
+  return `${median(mine.map((ms, i) => theirs[i] / ms)).toFixed(2)}×`;
+}
+
+console.log(
+  `\nKafka, ${N} records, ${PARTITIONS} partitions, concurrency ${CONCURRENCY}, ${ROUNDS} round(s) (median)`,
+);
+console.log('run              records/s   vs raw+tx   vs raw+marker');
 for (const r of results) {
   console.log(
-    `${r.label.padEnd(16)} ${String(r.perSecond).padStart(9)}   ${(r.perSecond / baseline.perSecond).toFixed(2)}×`,
+    `${r.label.padEnd(16)} ${String(r.perSecond).padStart(9)}   ${ratio(r.label, 'raw+tx').padStart(8)}   ${ratio(r.label, 'raw+marker').padStart(13)}`,
   );
 }
 console.log(
@@ -259,6 +297,7 @@ console.log(
     partitions: PARTITIONS,
     concurrency: CONCURRENCY,
     batchSize: BATCH_SIZE,
+    rounds: ROUNDS,
     results,
     attemptsRows,
   }),

@@ -216,6 +216,43 @@ describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () =>
     expect(most, 'records in handlers at once (concurrency 2)').toBeLessThanOrEqual(2);
   });
 
+  // Between records the adapter asks for a heartbeat only once one is due (kafkajs would
+  // send nothing earlier); it must still ask then: kafkajs sends none of its own while
+  // eachBatch runs, so a batch of quick records outlasting the session would otherwise
+  // get the member evicted and its commit refused.
+  it('a batch of quick records that outlasts the session keeps the member and commits', async () => {
+    const topic = uniqueName('long-batch');
+    const groupId = uniqueName('long-batch-group');
+    await createTopic(admin, topic, 1);
+    cleanups.push(() => admin.deleteTopics({ topics: [topic, `${topic}.dlq`] }));
+    const runtime = controlledRuntime(1);
+    runtime.settle = async (delivery) => {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      await delivery.ack();
+    };
+    const records = 500;
+    // Published before the start: one fetch, one batch of them all.
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: records }, (_, n) => ({ id: `r${n}`, body: { n } })),
+    );
+    const adapter = member(
+      'long-batch',
+      { topic, groupId, sessionTimeout: 3000, heartbeatInterval: 300 },
+      runtime,
+    );
+    await adapter.start(runtime);
+    await until('every record handled', () => runtime.deliveries.length >= records, 60_000);
+    await until('the batch committed', async () => {
+      const offsets = await admin.fetchOffsets({ groupId, topics: [topic] });
+      return offsets[0]?.partitions[0]?.offset === String(records);
+    });
+    expect(new Set(runtime.deliveries.map((d) => d.envelope.attributes['message-id'])).size).toBe(records);
+    expect(runtime.deliveries.length, 'no record delivered twice (no eviction, no re-fetch)').toBe(records);
+    expect(runtime.errors.map((e) => `${e.context}: ${String(e.error)}`)).toEqual([]);
+  });
+
   // Issue 11, Kafka 6 (the offsets read not heartbeating): in offsets mode a batch waits
   // for the stored offsets read at assignment; while the store hung, that wait sent no
   // heartbeat and the member was evicted after sessionTimeout.
