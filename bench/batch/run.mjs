@@ -39,7 +39,7 @@ import {
   summarise,
   uniqueTag,
 } from '../lib/common.mjs';
-import { businessInsert, createBenchSchema, dropSchema } from '../lib/pg.mjs';
+import { businessInsert, businessInsertMany, createBenchSchema, dropSchema } from '../lib/pg.mjs';
 import { formatMs, formatRate, formatRatio, median, quartiles } from '../lib/stats.mjs';
 
 const args = flags({ concurrency: '1,8', sizes: '10,50', rounds: 8, seconds: 0.75 });
@@ -62,7 +62,7 @@ const speedupKey = (name) => name.replace('batch of ', '');
 const schema = `bench_batch_${uniqueTag()}`;
 const insert = businessInsert(schema);
 /** businessInsert's table and columns, every fresh item's row in one statement. */
-const insertMany = `INSERT INTO "${schema}".payments (order_id, amount) SELECT * FROM unnest($1::text[], $2::int[])`;
+const insertMany = businessInsertMany(schema);
 const usesCoreBatch = typeof core.processBatchOnce === 'function';
 const hasBatchTogether = typeof core.processBatchTogether === 'function';
 

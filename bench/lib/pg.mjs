@@ -45,6 +45,35 @@ export function businessInsert(schema) {
   return `INSERT INTO "${schema}".payments (order_id, amount) VALUES ($1, $2)`;
 }
 
+/** The same rows for a whole batch in one statement ($1 order IDs, $2 amounts). */
+export function businessInsertMany(schema) {
+  return `INSERT INTO "${schema}".payments (order_id, amount) SELECT * FROM unnest($1::text[], $2::int[])`;
+}
+
+/**
+ * A bench consumer's handler option: per message, the business INSERT; with `batch`,
+ * `batchHandler` with one INSERT for the batch's rows (the batch path as documented).
+ */
+export function benchHandlers(schema, batch) {
+  if (!batch) {
+    const insert = businessInsert(schema);
+    return {
+      handler: async (message, ctx) => {
+        await ctx.tx.query(insert, [message.body.orderId, message.body.amount]);
+      },
+    };
+  }
+  const insertMany = businessInsertMany(schema);
+  return {
+    batchHandler: async (entries, tx) => {
+      await tx.query(insertMany, [
+        entries.map((entry) => entry.message.body.orderId),
+        entries.map((entry) => entry.message.body.amount),
+      ]);
+    },
+  };
+}
+
 /**
  * The baseline a user without Oncely writes: BEGIN, the insert, COMMIT on a pooled
  * client (3 round trips), released even when a statement fails.

@@ -2,7 +2,7 @@
 // Scenario 3 — the in-process memory broker: raw receive+ack loop against the Oncely
 // consumer, on the same kind of messages, with the real PostgreSQL store.
 //
-//   node bench/memory/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 8]
+//   node bench/memory/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 32]
 //
 // Variants (each round drains a freshly filled queue of its own, in rotated order):
 //   raw           broker.receive (at most the free slots) + JSON round trip of the body + broker.ack
@@ -10,10 +10,10 @@
 //   raw+marker    the same plus the marker transaction written by hand (BEGIN, INSERT marker
 //                 ON CONFLICT DO NOTHING, the business INSERT, COMMIT): issue 15's baseline
 //   oncely        createMemoryConsumer + PostgresStore; the handler does the same INSERT via ctx.tx
-//   oncely batch  the same consumer with `batch: { size }` (one transaction per batch).
-//                 The size defaults to half the concurrency: a batch only fills from
-//                 messages in flight, so two batches alternate instead of a partial one
-//                 waiting out batch.maxWaitMs while the other holds the remaining slots.
+//   oncely batch  the same consumer with `batch: { size: --batch }` and `batchHandler`
+//                 (one INSERT for the batch's rows: the batch path as documented), with
+//                 2 × --batch messages in flight: a batch only fills from messages in
+//                 flight, so two batches alternate, one filling while the other commits.
 // The store's pool is opened before the clock starts, as the raw+tx pool is.
 import { silentLogger } from '@oncely/core';
 import { createMemoryConsumer, MemoryBroker } from '@oncely/memory';
@@ -30,8 +30,8 @@ import {
 } from '../lib/common.mjs';
 import {
   bareTransaction,
+  benchHandlers,
   benchPool,
-  businessInsert,
   countAttempts,
   createBenchSchema,
   createHandMarkers,
@@ -40,11 +40,17 @@ import {
   markerTransaction,
 } from '../lib/pg.mjs';
 
-const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
+const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 32 });
 const N = Number(args.messages);
 const CONCURRENCY = Number(args.concurrency);
 const ROUNDS = Number(args.rounds);
 const BATCH = Number(args.batch);
+/**
+ * The batch variant's in-flight messages: two batches' worth, so one fills while the other
+ * commits (a batch only fills from messages in flight). The other variants keep
+ * `--concurrency`, their own best setting on this machine.
+ */
+const BATCH_CONCURRENCY = 2 * BATCH;
 const WARMUP = Math.min(N, 300);
 const tag = uniqueTag();
 const schema = `bench_memory_${tag}`;
@@ -90,19 +96,16 @@ async function rawLoop(mode, total = N) {
 async function oncely(batch, total = N) {
   const queue = await filledQueue(batch ? 'oncely-batch' : 'oncely', total);
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY });
-  const insert = businessInsert(schema);
   try {
     await warmStore(store, CONCURRENCY);
     const consumer = createMemoryConsumer({
       name: `bench-${queue}`,
       broker: { broker, queue, pollWaitMs: 100 },
       store,
-      concurrency: CONCURRENCY,
+      concurrency: batch ? BATCH_CONCURRENCY : CONCURRENCY,
       batch: batch ? { size: BATCH } : undefined,
       logger: silentLogger,
-      handler: async (message, ctx) => {
-        await ctx.tx.query(insert, [message.body.orderId, message.body.amount]);
-      },
+      ...benchHandlers(schema, batch),
     });
     return await measureConsumer(consumer, total);
   } finally {
@@ -146,6 +149,7 @@ async function main() {
       concurrency: CONCURRENCY,
       rounds: ROUNDS,
       batch: BATCH,
+      batchConcurrency: BATCH_CONCURRENCY,
     });
     result.attemptsRows = await countAttempts(schema);
   } finally {

@@ -3,7 +3,7 @@
 // raw @google-cloud/pubsub subscriber loop against the Oncely Pub/Sub consumer, with the
 // real PostgreSQL store.
 //
-//   node bench/pubsub/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 8]
+//   node bench/pubsub/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 32]
 //
 // Every subscription has the recommended dead-letter policy (maxDeliveryAttempts 10, above
 // the default maxAttempts 5), so the service sends deliveryAttempt (1 on a first delivery)
@@ -21,7 +21,10 @@
 //                 service sends no deliveryAttempt, so the core counts every run up front
 //                 (store.recordAttempt, one extra commit per message, and one more to
 //                 delete the row once processed; rows left are reported apart)
-//   oncely batch  the same consumer with `batch: { size }`
+//   oncely batch  the same consumer with `batch: { size: --batch }` and `batchHandler`
+//                 (one INSERT for the batch's rows: the batch path as documented), with
+//                 2 × --batch messages in flight: a batch only fills from messages in
+//                 flight, so two batches alternate, one filling while the other commits.
 // The emulator runs in this process, so its CPU is on the same event loop for every variant.
 import { PubSub } from '@google-cloud/pubsub';
 import { silentLogger } from '@oncely/core';
@@ -45,14 +48,27 @@ import {
   runMain,
   uniqueTag,
 } from '../lib/common.mjs';
-import { benchPool, businessInsert, createBenchSchema, dropSchema, fillPool } from '../lib/pg.mjs';
+import {
+  benchHandlers,
+  benchPool,
+  businessInsert,
+  createBenchSchema,
+  dropSchema,
+  fillPool,
+} from '../lib/pg.mjs';
 import { LatencyRecorder } from '../lib/stats.mjs';
 
-const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
+const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 32 });
 const N = Number(args.messages);
 const CONCURRENCY = Number(args.concurrency);
 const ROUNDS = Number(args.rounds);
 const BATCH = Number(args.batch);
+/**
+ * The batch variant's in-flight messages: two batches' worth, so one fills while the other
+ * commits (a batch only fills from messages in flight). The other variants keep
+ * `--concurrency`, their own best setting on this machine.
+ */
+const BATCH_CONCURRENCY = 2 * BATCH;
 const WARMUP = Math.min(N, 300);
 const tag = uniqueTag();
 const schema = `bench_pubsub_${tag}`;
@@ -185,19 +201,16 @@ async function oncely(batch, total = N, { noPolicy = false, measured = true } = 
   const variant = batch ? 'oncely-batch' : noPolicy ? 'oncely-nopolicy' : 'oncely';
   const name = await filledSubscription(variant, total, { deadLetterPolicy: !noPolicy });
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY });
-  const insert = businessInsert(schema);
   try {
     await warmStore(store, CONCURRENCY);
     const consumer = createPubSubConsumer({
       name: `${consumerPrefix(noPolicy, measured)}${created.length}-${tag}`,
       broker: { projectId: PROJECT, apiEndpoint: emulator.address, subscription: name },
       store,
-      concurrency: CONCURRENCY,
+      concurrency: batch ? BATCH_CONCURRENCY : CONCURRENCY,
       batch: batch ? { size: BATCH } : undefined,
       logger: silentLogger,
-      handler: async (message, ctx) => {
-        await ctx.tx.query(insert, [message.body.orderId, message.body.amount]);
-      },
+      ...benchHandlers(schema, batch),
     });
     return await measureConsumer(consumer, total);
   } finally {
@@ -264,6 +277,7 @@ async function main() {
       concurrency: CONCURRENCY,
       rounds: ROUNDS,
       batch: BATCH,
+      batchConcurrency: BATCH_CONCURRENCY,
     });
     // The recommended configuration (a dead-letter policy) writes none on the happy path;
     // without a policy every message costs one (its run counted up front).

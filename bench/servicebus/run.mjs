@@ -3,7 +3,7 @@
 // over loopback): raw @azure/service-bus receive+complete loops against the Oncely
 // Service Bus consumer, with the real PostgreSQL store.
 //
-//   node bench/servicebus/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 8]
+//   node bench/servicebus/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 32]
 //
 // Variants (each round drains a freshly filled queue of its own, in rotated order):
 //   raw          receiveMessages (at most the free slots of `concurrency`, peek-lock, the
@@ -16,7 +16,10 @@
 //   oncely       createServiceBusConsumer + PostgresStore; the handler does the same INSERT.
 //                It gets the same connected ServiceBusClient as the raw loops (broker.client),
 //                so neither side's time includes opening the AMQP connection
-//   oncely batch the same consumer with `batch: { size }`
+//   oncely batch  the same consumer with `batch: { size: --batch }` and `batchHandler`
+//                 (one INSERT for the batch's rows: the batch path as documented), with
+//                 2 × --batch messages in flight: a batch only fills from messages in
+//                 flight, so two batches alternate, one filling while the other commits.
 // The emulator runs in this process, so its CPU is on the same event loop for every variant.
 import { ServiceBusClient } from '@azure/service-bus';
 import { silentLogger } from '@oncely/core';
@@ -36,6 +39,7 @@ import {
 } from '../lib/common.mjs';
 import {
   bareTransaction,
+  benchHandlers,
   benchPool,
   businessInsert,
   countAttempts,
@@ -45,11 +49,17 @@ import {
 } from '../lib/pg.mjs';
 import { formatRatio } from '../lib/stats.mjs';
 
-const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
+const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 32 });
 const N = Number(args.messages);
 const CONCURRENCY = Number(args.concurrency);
 const ROUNDS = Number(args.rounds);
 const BATCH = Number(args.batch);
+/**
+ * The batch variant's in-flight messages: two batches' worth, so one fills while the other
+ * commits (a batch only fills from messages in flight). The other variants keep
+ * `--concurrency`, their own best setting on this machine.
+ */
+const BATCH_CONCURRENCY = 2 * BATCH;
 const WARMUP = Math.min(N, 300);
 const tag = uniqueTag();
 const schema = `bench_sb_${tag}`;
@@ -132,19 +142,16 @@ async function rawLoop(mode, total = N) {
 async function oncely(batch, total = N) {
   const queue = await filledQueue(batch ? 'oncely-batch' : 'oncely', total);
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY });
-  const insert = businessInsert(schema);
   try {
     await warmStore(store, CONCURRENCY);
     const consumer = createServiceBusConsumer({
       name: `bench-${queueCount}-${tag}`,
       broker: { client, queueName: queue, maxWaitTimeMs: WAIT_MS },
       store,
-      concurrency: CONCURRENCY,
+      concurrency: batch ? BATCH_CONCURRENCY : CONCURRENCY,
       batch: batch ? { size: BATCH } : undefined,
       logger: silentLogger,
-      handler: async (message, ctx) => {
-        await ctx.tx.query(insert, [message.body.orderId, message.body.amount]);
-      },
+      ...benchHandlers(schema, batch),
     });
     return await measureConsumer(consumer, total);
   } finally {
@@ -192,6 +199,7 @@ async function main() {
       concurrency: CONCURRENCY,
       rounds: ROUNDS,
       batch: BATCH,
+      batchConcurrency: BATCH_CONCURRENCY,
     });
     result.attemptsRows = await countAttempts(schema);
     result.vsRawMarker = Object.fromEntries(

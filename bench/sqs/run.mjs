@@ -2,7 +2,7 @@
 // Scenario 3 — SQS on fauxqs (in-process emulator): raw @aws-sdk/client-sqs receive+delete
 // loop against the Oncely SQS consumer, with the real PostgreSQL store.
 //
-//   node bench/sqs/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 8]
+//   node bench/sqs/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 32]
 //
 // Variants (each round drains a freshly filled queue of its own, in rotated order):
 //   raw           ceil(concurrency / 10) pollers, each: ReceiveMessage (up to 10, long poll
@@ -12,8 +12,10 @@
 //   raw+marker    the same plus the marker transaction written by hand (issue 15's baseline)
 //                 (the messages of a receive run concurrently)
 //   oncely        createSqsConsumer + PostgresStore; the handler does the same INSERT via ctx.tx
-//   oncely batch  the same consumer with `batch: { size }` (size: half the concurrency, see
-//                 bench/memory/run.mjs for why)
+//   oncely batch  the same consumer with `batch: { size: --batch }` and `batchHandler`
+//                 (one INSERT for the batch's rows: the batch path as documented), with
+//                 2 × --batch messages in flight: a batch only fills from messages in
+//                 flight, so two batches alternate, one filling while the other commits.
 // fauxqs runs in this process, so its CPU is on the same event loop for every variant.
 import {
   CreateQueueCommand,
@@ -45,8 +47,8 @@ import {
 } from '../lib/common.mjs';
 import {
   bareTransaction,
+  benchHandlers,
   benchPool,
-  businessInsert,
   countAttempts,
   createBenchSchema,
   createHandMarkers,
@@ -56,11 +58,17 @@ import {
 } from '../lib/pg.mjs';
 import { LatencyRecorder } from '../lib/stats.mjs';
 
-const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 8 });
+const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 32 });
 const N = Number(args.messages);
 const CONCURRENCY = Number(args.concurrency);
 const ROUNDS = Number(args.rounds);
 const BATCH = Number(args.batch);
+/**
+ * The batch variant's in-flight messages: two batches' worth, so one fills while the other
+ * commits (a batch only fills from messages in flight). The other variants keep
+ * `--concurrency`, their own best setting on this machine.
+ */
+const BATCH_CONCURRENCY = 2 * BATCH;
 const WARMUP = Math.min(N, 300);
 const tag = uniqueTag();
 const schema = `bench_sqs_${tag}`;
@@ -164,7 +172,6 @@ async function rawLoop(mode, total = N) {
 async function oncely(batch, total = N) {
   const queueUrl = await filledQueue(batch ? 'oncely-batch' : 'oncely', total);
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY });
-  const insert = businessInsert(schema);
   try {
     await warmStore(store, CONCURRENCY);
     const consumer = createSqsConsumer({
@@ -177,13 +184,11 @@ async function oncely(batch, total = N) {
         waitTimeSeconds: 1,
       },
       store,
-      concurrency: CONCURRENCY,
+      concurrency: batch ? BATCH_CONCURRENCY : CONCURRENCY,
       batch: batch ? { size: BATCH } : undefined,
       idStrategy: { attribute: 'message-id' },
       logger: silentLogger,
-      handler: async (message, ctx) => {
-        await ctx.tx.query(insert, [message.body.orderId, message.body.amount]);
-      },
+      ...benchHandlers(schema, batch),
     });
     return await measureConsumer(consumer, total);
   } finally {
@@ -228,6 +233,7 @@ async function main() {
       concurrency: CONCURRENCY,
       rounds: ROUNDS,
       batch: BATCH,
+      batchConcurrency: BATCH_CONCURRENCY,
     });
     result.attemptsRows = await countAttempts(schema);
   } finally {

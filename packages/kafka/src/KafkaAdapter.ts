@@ -735,7 +735,8 @@ export class KafkaAdapter implements BrokerAdapter {
    * the first record of a partition after an assignment: the previous owner may have
    * been running it when it crashed or was evicted. Every later record of the partition
    * is new to the group. So a record that crashes its consumer every time still reaches
-   * `maxAttempts`, at the cost of one counter write per partition per rebalance.
+   * `maxAttempts`, at the cost of one counter write per partition per rebalance (the core
+   * deletes the row once the record is processed).
    */
   private mayBeRedelivery(partition: number, offset: bigint, generation: Generation): boolean {
     const highest = this.highestDispatched.get(partition);
