@@ -132,6 +132,12 @@ export class KafkaAdapter implements BrokerAdapter {
   private readonly timers = new Set<NodeJS.Timeout>();
   /** Highest offset dispatched per partition by this member, across generations. */
   private readonly highestDispatched = new Map<number, bigint>();
+  /**
+   * Offsets per partition this member has written a dead letter for and not yet resolved:
+   * a record dead-lettered behind one that then failed is fetched again with it, and its
+   * dead letter must not be written a second time.
+   */
+  private readonly deadLettered = new Map<number, Set<bigint>>();
   private rebuildDelayMs = REBUILD_MIN_MS;
   /** Partitions in a retry backoff: not before this time (ms since epoch). */
   private readonly holds = new Map<number, number>();
@@ -492,6 +498,7 @@ export class KafkaAdapter implements BrokerAdapter {
           resolveOffset(record.offset);
           doneNext = BigInt(record.offset) + 1n;
         }
+        if (doneNext !== undefined) this.forgetDeadLetters(partition, doneNext);
         if (done !== -1) {
           this.holdPartition(settlements[done]!, payload);
           break;
@@ -649,6 +656,14 @@ export class KafkaAdapter implements BrokerAdapter {
     return more;
   }
 
+  /** Resolved records never come back to this member: their dead-letter marks can go. */
+  private forgetDeadLetters(partition: number, next: bigint): void {
+    const written = this.deadLettered.get(partition);
+    if (!written) return;
+    for (const offset of written) if (offset < next) written.delete(offset);
+    if (written.size === 0) this.deadLettered.delete(partition);
+  }
+
   private freeSlots(count: number): void {
     this.inFlight -= count;
     this.wakeSlotWaiters();
@@ -713,7 +728,13 @@ export class KafkaAdapter implements BrokerAdapter {
       },
       retryLater: async (delayMs) => settle({ kind: 'retry', delayMs }),
       deadLetter: async (reason, detail) => {
-        await this.publishDeadLetter(batch, message, reason, detail);
+        const offset = BigInt(message.offset);
+        let written = this.deadLettered.get(batch.partition);
+        if (!written?.has(offset)) {
+          await this.publishDeadLetter(batch, message, reason, detail);
+          if (!written) this.deadLettered.set(batch.partition, (written = new Set()));
+          written.add(offset);
+        }
         settle({ kind: 'done' });
       },
       release: async () => settle({ kind: 'release' }),

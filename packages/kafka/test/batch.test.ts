@@ -268,6 +268,50 @@ describe.skipIf(!brokers)('kafka batch path on a real broker', () => {
     }
   });
 
+  // A record dead-lettered while it was prepared (no ID here) settles before its batch
+  // runs. When a record ahead of it then fails, the partition is fetched again from
+  // there and the dead-lettered one comes back: its dead letter must not be written twice.
+  it('a record dead-lettered behind a failing one is dead-lettered once', async () => {
+    const topic = uniqueName('batch-dlq-once');
+    const name = uniqueName('batch-dlq-once-consumer');
+    await createTopic(admin, topic, 1);
+    await publish(
+      producer,
+      topic,
+      Array.from({ length: 12 }, (_, n) => ({
+        id: n === 8 ? undefined : `o-${n}`,
+        body: { n },
+        partition: 0,
+      })),
+    );
+    const reader = new DeadLetterReader(kafka, admin, `${topic}.dlq`);
+    const c = consumer(
+      name,
+      { topic },
+      {
+        handler: async (message, ctx) => {
+          if (message.id === 'o-5' && ctx.attempt === 1) throw new Error('fails once');
+          await insertEffect(name, message, ctx.tx);
+        },
+      },
+    );
+    await c.start();
+    await reader.start();
+    try {
+      await until('the group to commit everything', async () => (await groupLag(admin, name, topic)) === 0);
+      const offsets = (await effects(name)).map((r) => Number(r.record_offset));
+      expect(offsets, 'every record with an ID, in offset order').toEqual(
+        Array.from({ length: 12 }, (_, i) => i).filter((i) => i !== 8),
+      );
+      // The dead letter is produced before the offsets are committed: give a second copy
+      // the time to show.
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      expect((await reader.list()).map((d) => [d.reason, d.originalOffset])).toEqual([['missing-id', '8']]);
+    } finally {
+      await reader.stop();
+    }
+  });
+
   // A record can fail before it joins its batch: a payloadFingerprint function that
   // throws is a failed attempt settled in the pipeline's preparation. The records after it
   // in the partition must not commit ahead of its retry either.
