@@ -729,11 +729,10 @@ export class KafkaAdapter implements BrokerAdapter {
       retryLater: async (delayMs) => settle({ kind: 'retry', delayMs }),
       deadLetter: async (reason, detail) => {
         const offset = BigInt(message.offset);
-        let written = this.deadLettered.get(batch.partition);
-        if (!written?.has(offset)) {
+        if (!this.deadLettered.get(batch.partition)?.has(offset)) {
           await this.publishDeadLetter(batch, message, reason, detail);
-          if (!written) this.deadLettered.set(batch.partition, (written = new Set()));
-          written.add(offset);
+          const written = this.deadLettered.get(batch.partition) ?? new Set<bigint>();
+          this.deadLettered.set(batch.partition, written.add(offset));
         }
         settle({ kind: 'done' });
       },
