@@ -790,12 +790,17 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
 
   private context(message: Message<TBody>, tx: Tx | undefined, attempt: number, keeper: LeaseKeeper) {
     const { name } = this.settings;
-    const fields = { consumer: name, messageId: message.id };
-    const log: Logger = {
-      debug: (m, f) => this.log.debug(m, { ...fields, ...f }),
-      info: (m, f) => this.log.info(m, { ...fields, ...f }),
-      warn: (m, f) => this.log.warn(m, { ...fields, ...f }),
-      error: (m, f) => this.log.error(m, { ...fields, ...f }),
+    // Built when first read (a getter below): most handlers never log, and the logger's
+    // five closures and fields object were a share of the consumer's garbage per message.
+    let log: Logger | undefined;
+    const messageLog = (): Logger => {
+      const fields = { consumer: name, messageId: message.id };
+      return {
+        debug: (m, f) => this.log.debug(m, { ...fields, ...f }),
+        info: (m, f) => this.log.info(m, { ...fields, ...f }),
+        warn: (m, f) => this.log.warn(m, { ...fields, ...f }),
+        error: (m, f) => this.log.error(m, { ...fields, ...f }),
+      };
     };
     // Counts this run's publishes: a re-run starts again at 1 and writes the same IDs.
     let published = 0;
@@ -823,7 +828,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         return keeper.signal;
       },
       attempt,
-      log,
+      get log() {
+        log ??= messageLog();
+        return log;
+      },
       // A getter in the literal: cheaper than Object.defineProperty on every message.
       get tx() {
         if (tx === undefined) {
