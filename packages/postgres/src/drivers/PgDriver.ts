@@ -77,6 +77,8 @@ const DEFAULT_STALE_ATTEMPTS = 10;
  */
 export class PgDriver implements StoreDriver {
   private poolPromise: Promise<PgPoolLike> | undefined;
+  /** The pool once it exists: connect() then skips the wait for poolPromise. */
+  private readyPool: PgPoolLike | undefined;
   private readonly ownsPool: boolean;
   /** How many checked-out connections may turn out dead before a call gives up (see checkout). */
   private readonly staleConnectionAttempts: number;
@@ -102,6 +104,7 @@ export class PgDriver implements StoreDriver {
     if ('pool' in source) {
       source.pool.on('error', this.onPoolError);
       this.poolPromise = Promise.resolve(source.pool);
+      this.readyPool = source.pool;
     }
   }
 
@@ -400,20 +403,36 @@ export class PgDriver implements StoreDriver {
     };
   }
 
-  private async connect(): Promise<PgPoolClientLike> {
-    const pool = await this.pool();
+  /**
+   * A pooled client. Once the pool exists this is `pool.connect()` with its failure
+   * wrapped, without an async function around it: that frame and its two awaits cost
+   * more than the rest of a checkout's bookkeeping.
+   */
+  private connect(): Promise<PgPoolClientLike> {
+    const pool = this.readyPool;
+    if (pool === undefined) return this.pool().then((created) => this.connectTo(created));
+    return this.connectTo(pool);
+  }
+
+  private connectTo(pool: PgPoolLike): Promise<PgPoolClientLike> {
     try {
-      return await pool.connect();
+      return pool.connect().catch(this.connectFailed);
     } catch (error) {
-      markFromStoreConnection(error);
-      const at =
-        'connectionString' in this.source
-          ? ` at ${redactConnectionString(this.source.connectionString)}`
-          : '';
-      throw new StoreUnavailableError(`cannot connect to PostgreSQL${at}: ${describeError(error)}`, {
-        cause: error,
-      });
+      return Promise.reject(this.connectError(error));
     }
+  }
+
+  private readonly connectFailed = (error: unknown): never => {
+    throw this.connectError(error);
+  };
+
+  private connectError(error: unknown): StoreUnavailableError {
+    markFromStoreConnection(error);
+    const at =
+      'connectionString' in this.source ? ` at ${redactConnectionString(this.source.connectionString)}` : '';
+    return new StoreUnavailableError(`cannot connect to PostgreSQL${at}: ${describeError(error)}`, {
+      cause: error,
+    });
   }
 
   private pool(): Promise<PgPoolLike> {
@@ -434,6 +453,7 @@ export class PgDriver implements StoreDriver {
       keepAlive: true,
     });
     pool.on('error', this.onPoolError);
+    this.readyPool = pool;
     return pool;
   }
 }
