@@ -317,7 +317,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     }
     this.inFlight++;
     try {
-      await this.telemetry.aroundDelivery(delivery, () => this.handleDelivery(delivery, slot));
+      // Without tracing, no span and no closure for one.
+      if (this.telemetry.tracing())
+        await this.telemetry.aroundDelivery(delivery, () => this.handleDelivery(delivery, slot));
+      else await this.handleDelivery(delivery, slot);
     } catch (error) {
       // handleDelivery settles everything itself; reaching here is a bug, never a lost message
       // (the unsettled delivery returns when its lease lapses).
