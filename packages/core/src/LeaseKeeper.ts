@@ -51,6 +51,8 @@ export class LeaseKeeper {
   private renewTimer: NodeJS.Timeout | undefined;
   private handlerTimer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** Listens on the delivery's `lost` signal, when it has one (see start). */
+  private lostListener: (() => void) | undefined;
   private readonly now: () => number;
 
   constructor(private readonly options: LeaseKeeperOptions) {
@@ -90,16 +92,21 @@ export class LeaseKeeper {
   start(): void {
     const { lost } = this.options.delivery;
     if (lost?.aborted) this.onDeliveryLost();
-    // Removed in stop(): one channel's signal serves every delivery it makes.
-    else lost?.addEventListener('abort', this.onDeliveryLost, { once: true });
+    else if (lost !== undefined) {
+      // Made here, not as a field: most brokers' deliveries have no `lost` signal, and a
+      // listener per keeper would be garbage for every one of them.
+      this.lostListener = () => this.onDeliveryLost();
+      // Removed in stop(): one channel's signal serves every delivery it makes.
+      lost.addEventListener('abort', this.lostListener, { once: true });
+    }
     if (this.intervalMs !== undefined) this.schedule();
   }
 
-  private readonly onDeliveryLost = (): void => {
+  private onDeliveryLost(): void {
     if (this.stopped) return;
     const cause = this.options.delivery.lost?.reason;
     this.lose(new LeaseLostError('the broker can no longer settle this delivery', { cause }));
-  };
+  }
 
   /** Starts the handler's clock; `signal` aborts with `HandlerTimeoutError` when it runs out. */
   startHandlerClock(): void {
@@ -132,7 +139,8 @@ export class LeaseKeeper {
     this.stopped = true;
     clearTimeout(this.renewTimer);
     clearTimeout(this.handlerTimer);
-    this.options.delivery.lost?.removeEventListener('abort', this.onDeliveryLost);
+    if (this.lostListener !== undefined)
+      this.options.delivery.lost?.removeEventListener('abort', this.lostListener);
   }
 
   private schedule(delayMs = this.intervalMs): void {

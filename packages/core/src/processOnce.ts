@@ -87,14 +87,31 @@ function mismatch(stored: string | undefined, fingerprint: string): { payloadMis
 }
 
 /** Re-runs `attempt` while the store classifies its failure as transient. */
-export async function retryTransient<T>(store: IdempotencyStore<any>, attempt: () => Promise<T>): Promise<T> {
+export function retryTransient<T>(store: IdempotencyStore<any>, attempt: () => Promise<T>): Promise<T> {
+  // The usual case is the attempt's own promise with a handler for its failure: an async
+  // function with its loop here cost a frame and an await on every transaction.
+  try {
+    // Promise.resolve hands a native promise back as it is; it adopts any other thenable.
+    return Promise.resolve(attempt()).catch((error: unknown) => retryAfter(store, attempt, error));
+  } catch (error) {
+    return retryAfter(store, attempt, error);
+  }
+}
+
+/** retryTransient after the first attempt failed with `error`. */
+async function retryAfter<T>(
+  store: IdempotencyStore<any>,
+  attempt: () => Promise<T>,
+  error: unknown,
+): Promise<T> {
   for (let retry = 0; ; retry++) {
+    if (retry >= MAX_TRANSIENT_RETRIES || store.classifyError(error) !== 'transient') throw error;
+    // Small randomized pause so two deadlocked peers do not collide again in lockstep.
+    await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * 20 * (retry + 1)));
     try {
       return await attempt();
-    } catch (error) {
-      if (retry >= MAX_TRANSIENT_RETRIES || store.classifyError(error) !== 'transient') throw error;
-      // Small randomized pause so two deadlocked peers do not collide again in lockstep.
-      await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * 20 * (retry + 1)));
+    } catch (next) {
+      error = next;
     }
   }
 }

@@ -238,9 +238,17 @@ export class Telemetry {
    * linked, as the semantic conventions advise), and runs `work` inside it.
    */
   aroundDelivery<T>(delivery: Delivery, work: () => Promise<T>): Promise<T> {
-    // Checked per delivery: the global provider may be registered after the consumer started.
-    if (!tracingObservable(this.tracerProvider)) return work();
+    if (!this.tracing()) return work();
     return this.inDeliverySpan(delivery, work);
+  }
+
+  /**
+   * Whether a delivery's span could be seen; without, `aroundDelivery` only runs `work`,
+   * and a caller may skip making it. Checked per delivery: the global provider may be
+   * registered after the consumer started.
+   */
+  tracing(): boolean {
+    return tracingObservable(this.tracerProvider);
   }
 
   private async inDeliverySpan<T>(delivery: Delivery, work: () => Promise<T>): Promise<T> {

@@ -37,8 +37,14 @@ export class MemoryAdapter implements BrokerAdapter {
   readonly defaultIdStrategy: IdStrategy = { attribute: MESSAGE_ID_ATTRIBUTE };
   private loop: Promise<void> | undefined;
   private readonly stopped = new AbortController();
-  /** Aborts the long poll in progress (pause or stop); replaced for every poll. */
+  /** Aborts the long poll in progress (pause or stop); set only while a poll is on. */
   private poll: AbortController | undefined;
+  /**
+   * The last poll's controller, kept for the next poll while nobody aborted it: at full
+   * concurrency the loop polls for every freed slot, and a new AbortController (and its
+   * signal) per poll was a visible share of the adapter's CPU per message.
+   */
+  private unusedPoll: AbortController | undefined;
 
   constructor(
     private readonly config: ResolvedMemoryConfig,
@@ -89,7 +95,7 @@ export class MemoryAdapter implements BrokerAdapter {
     while (!this.stopped.signal.aborted) {
       const free = await runtime.whenReady();
       if (free <= 0 || this.stopped.signal.aborted) return;
-      const poll = new AbortController();
+      const poll = this.unusedPoll?.signal.aborted === false ? this.unusedPoll : new AbortController();
       this.poll = poll;
       let deliveries: MemoryDelivery[];
       try {
@@ -114,6 +120,7 @@ export class MemoryAdapter implements BrokerAdapter {
         continue;
       } finally {
         if (this.poll === poll) this.poll = undefined;
+        this.unusedPoll = poll;
       }
       // Not awaited: dispatch resolves only once the delivery is settled, and the core
       // bounds concurrency through whenReady().

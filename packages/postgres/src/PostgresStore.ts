@@ -803,7 +803,9 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
         try {
           if (verify && !this.schemaVerified) await this.verifySchema(connection);
           const result = await work(connection);
-          await connection.assertCommittable();
+          // Checked here rather than inside: an await of an async call per transaction
+          // that, on the usual path, has nothing to check.
+          if (connection.statementFailed) await connection.assertCommittable();
           return result;
         } finally {
           // A handler still holding ctx.tx (it ignored its timeout) must not send
@@ -842,7 +844,8 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
  */
 class StoreConnection implements SqlClient {
   private failed: unknown;
-  private hasFailed = false;
+  /** A statement failed (its error perhaps caught): see assertCommittable. */
+  statementFailed = false;
   private ended = false;
 
   constructor(private readonly inner: SqlClient) {}
@@ -871,8 +874,8 @@ class StoreConnection implements SqlClient {
   /** Marks a statement's error as the store's and remembers the first one. */
   private failure(error: unknown): unknown {
     markFromStoreConnection(error);
-    if (!this.hasFailed) {
-      this.hasFailed = true;
+    if (!this.statementFailed) {
+      this.statementFailed = true;
       this.failed = error;
     }
     return error;
@@ -884,7 +887,7 @@ class StoreConnection implements SqlClient {
    * aborted (25P02), in which case the commit would silently roll back.
    */
   async assertCommittable(): Promise<void> {
-    if (!this.hasFailed) return;
+    if (!this.statementFailed) return;
     try {
       await this.inner.query('SELECT 1');
     } catch (error) {

@@ -77,6 +77,8 @@ const DEFAULT_STALE_ATTEMPTS = 10;
  */
 export class PgDriver implements StoreDriver {
   private poolPromise: Promise<PgPoolLike> | undefined;
+  /** The pool once it exists: connect() then skips the wait for poolPromise. */
+  private readyPool: PgPoolLike | undefined;
   private readonly ownsPool: boolean;
   /** How many checked-out connections may turn out dead before a call gives up (see checkout). */
   private readonly staleConnectionAttempts: number;
@@ -102,6 +104,7 @@ export class PgDriver implements StoreDriver {
     if ('pool' in source) {
       source.pool.on('error', this.onPoolError);
       this.poolPromise = Promise.resolve(source.pool);
+      this.readyPool = source.pool;
     }
   }
 
@@ -115,6 +118,8 @@ export class PgDriver implements StoreDriver {
     // (see open), so a claim costs no round trip of its own.
     let session: { client: PgPoolClientLike; watch: ClientWatch } | undefined;
     let opening: Promise<SqlResult<any>> | undefined;
+    /** Statements issued while the first was on its way and not sent yet (see query). */
+    let queued = 0;
     const timed: SqlClient = {
       query: <R>(text: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
         if (opening === undefined) {
@@ -124,10 +129,19 @@ export class PgDriver implements StoreDriver {
           });
           return opening as Promise<SqlResult<R>>;
         }
+        // Once the first statement answered and none waits behind it, a statement goes
+        // out at once: chaining it on `opening` cost a promise, a closure and a microtask
+        // per statement. While any waits, later ones queue too, so they keep call order.
+        if (session !== undefined && queued === 0) {
+          const { client, watch } = session;
+          return this.timed(watch, client.query(text, params as unknown[])) as Promise<SqlResult<R>>;
+        }
         // A statement issued while the first is still on its way waits for it (and fails with it).
+        queued++;
         return opening.then(() => {
+          queued--;
           const { client, watch } = session!;
-          return this.timed(watch, () => client.query(text, params as unknown[])) as Promise<SqlResult<R>>;
+          return this.timed(watch, client.query(text, params as unknown[])) as Promise<SqlResult<R>>;
         });
       },
     };
@@ -142,17 +156,19 @@ export class PgDriver implements StoreDriver {
         // A dead or timed-out connection cannot roll back; the server does when it notices.
         if (session !== undefined && session.watch.lost === undefined) {
           const { client, watch } = session;
-          await this.timed(watch, () => client.query('ROLLBACK')).catch(() => {
+          await this.timed(watch, client.query('ROLLBACK')).catch(() => {
             rollbackFailed = true;
           });
         }
         throw error;
       }
-      await opening?.catch(() => {});
+      // Waits for a first statement still in flight, and lets statements queued behind it
+      // go out before COMMIT. The usual case (the work awaited its statements) skips the wait.
+      if (session === undefined || queued > 0) await opening?.catch(() => {});
       // No statement was sent: no transaction was opened, nothing to commit.
       if (session === undefined) return result;
       const { client, watch } = session;
-      const committed = (await this.timed(watch, () => client.query('COMMIT'))) as { command?: string };
+      const committed = (await this.timed(watch, client.query('COMMIT'))) as { command?: string };
       // PostgreSQL answers COMMIT of an aborted transaction with the tag ROLLBACK and no
       // error: nothing was written, and acking now would lose the message.
       if (committed.command === 'ROLLBACK') throw new TransactionAbortedError('COMMIT answered ROLLBACK');
@@ -223,14 +239,15 @@ export class PgDriver implements StoreDriver {
     }
     const { client, watch } = await this.checkout(begin);
     try {
-      const result = await this.timed(watch, () =>
+      const result = await this.timed(
+        watch,
         params === undefined ? client.query(text) : client.query(text, params as unknown[]),
       );
       return { client, watch, result };
     } catch (error) {
       // The transaction is open (and now aborted): end it before the client goes back.
       if (watch.lost === undefined) {
-        const rolledBack = await this.timed(watch, () => client.query('ROLLBACK')).then(
+        const rolledBack = await this.timed(watch, client.query('ROLLBACK')).then(
           () => true,
           () => false,
         );
@@ -247,16 +264,15 @@ export class PgDriver implements StoreDriver {
   }
 
   /**
-   * Runs one statement of `watch`'s client within `queryTimeoutMs`. Past it the
-   * connection is discarded (its answer can no longer be trusted to arrive) and the call
-   * fails with `StoreUnavailableError`.
+   * Bounds one statement of `watch`'s client, already sent, by `queryTimeoutMs`. Past it
+   * the connection is discarded (its answer can no longer be trusted to arrive) and the
+   * call fails with `StoreUnavailableError`. Takes the statement's promise rather than a
+   * function that sends it: one closure fewer per statement.
    */
-  private timed<R>(watch: ClientWatch, run: () => Promise<R>): Promise<R> {
+  private timed<R>(watch: ClientWatch, statement: Promise<R>): Promise<R> {
     const ms = this.timeouts.queryTimeoutMs;
-    if (ms <= 0) return run().catch(markAndRethrow);
+    if (ms <= 0) return statement.catch(markAndRethrow);
     return new Promise<R>((resolve, reject) => {
-      const statement = run();
-      // Tracked only once sent: a statement that throws at once has nothing to time out.
       const pending = watch.track(ms, reject);
       statement.then(
         (value) => {
@@ -300,7 +316,8 @@ export class PgDriver implements StoreDriver {
       const client = await this.connect();
       const watch = watchClient(client);
       try {
-        const result = (await this.timed(watch, () =>
+        const result = (await this.timed(
+          watch,
           params ? client.query(first, params) : client.query(first),
         )) as SqlResult<R>;
         return { client, watch, result };
@@ -386,20 +403,36 @@ export class PgDriver implements StoreDriver {
     };
   }
 
-  private async connect(): Promise<PgPoolClientLike> {
-    const pool = await this.pool();
+  /**
+   * A pooled client. Once the pool exists this is `pool.connect()` with its failure
+   * wrapped, without an async function around it: that frame and its two awaits cost
+   * more than the rest of a checkout's bookkeeping.
+   */
+  private connect(): Promise<PgPoolClientLike> {
+    const pool = this.readyPool;
+    if (pool === undefined) return this.pool().then((created) => this.connectTo(created));
+    return this.connectTo(pool);
+  }
+
+  private connectTo(pool: PgPoolLike): Promise<PgPoolClientLike> {
     try {
-      return await pool.connect();
+      return pool.connect().catch(this.connectFailed);
     } catch (error) {
-      markFromStoreConnection(error);
-      const at =
-        'connectionString' in this.source
-          ? ` at ${redactConnectionString(this.source.connectionString)}`
-          : '';
-      throw new StoreUnavailableError(`cannot connect to PostgreSQL${at}: ${describeError(error)}`, {
-        cause: error,
-      });
+      return Promise.reject(this.connectError(error));
     }
+  }
+
+  private readonly connectFailed = (error: unknown): never => {
+    throw this.connectError(error);
+  };
+
+  private connectError(error: unknown): StoreUnavailableError {
+    markFromStoreConnection(error);
+    const at =
+      'connectionString' in this.source ? ` at ${redactConnectionString(this.source.connectionString)}` : '';
+    return new StoreUnavailableError(`cannot connect to PostgreSQL${at}: ${describeError(error)}`, {
+      cause: error,
+    });
   }
 
   private pool(): Promise<PgPoolLike> {
@@ -420,14 +453,33 @@ export class PgDriver implements StoreDriver {
       keepAlive: true,
     });
     pool.on('error', this.onPoolError);
+    this.readyPool = pool;
     return pool;
   }
 }
 
-/** A statement waiting for its answer, and how to fail it when `queryTimeoutMs` passes first. */
-interface PendingStatement {
+/**
+ * A statement waiting for its answer, and how to fail it when `queryTimeoutMs` passes
+ * first. A class rather than a literal with an `expire` closure: one is made per statement.
+ */
+class PendingStatement {
   readonly deadline: number;
-  readonly expire: () => void;
+
+  constructor(
+    private readonly watch: ClientWatch,
+    private readonly ms: number,
+    private readonly reject: (error: unknown) => void,
+  ) {
+    this.deadline = Date.now() + ms;
+  }
+
+  expire(): void {
+    const error = new StoreUnavailableError(
+      `PostgreSQL did not answer within ${this.ms} ms (queryTimeoutMs): connection discarded`,
+    );
+    this.watch.kill(error);
+    this.reject(error);
+  }
 }
 
 /** What the store has seen of one pooled connection, for its whole life. */
@@ -504,16 +556,7 @@ class ClientWatch {
    * and `reject` gets the `StoreUnavailableError`.
    */
   track(ms: number, reject: (error: unknown) => void): PendingStatement {
-    const statement: PendingStatement = {
-      deadline: Date.now() + ms,
-      expire: () => {
-        const error = new StoreUnavailableError(
-          `PostgreSQL did not answer within ${ms} ms (queryTimeoutMs): connection discarded`,
-        );
-        this.kill(error);
-        reject(error);
-      },
-    };
+    const statement = new PendingStatement(this, ms, reject);
     this.state.track(statement, ms);
     return statement;
   }
