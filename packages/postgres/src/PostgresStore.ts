@@ -293,12 +293,22 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     if (!Number.isInteger(this.lockTimeoutMs) || this.lockTimeoutMs < 0) {
       throw new ConfigError('lockTimeoutMs', `must be a non-negative integer; got ${options.lockTimeoutMs}`);
     }
-    // The claims may ride in BEGIN's round trip on pg (see PgDriver.open).
-    this.driver = createDriver(options, new Set([this.queries.claimOne, this.queries.claim]));
+    // The claims, and offsets mode's claim (the offset upsert), may ride in BEGIN's round
+    // trip on pg (see PgDriver.open).
+    this.driver = createDriver(
+      options,
+      new Set([this.queries.claimOne, this.queries.claim, this.queries.advanceOffset]),
+    );
     this.outbox = new PostgresOutbox(this.quotedSchema, (operation, work) => this.run(operation, work));
     this.offsets = {
       advance: async (tx, consumer, topic, partition, offset) => {
-        const { rows } = await tx.query(this.queries.advanceOffset, [consumer, topic, partition, offset]);
+        // All four as text (the statement casts them): only strings are inlined into BEGIN's message.
+        const { rows } = await tx.query(this.queries.advanceOffset, [
+          consumer,
+          topic,
+          String(partition),
+          String(offset),
+        ]);
         return rows.length === 1;
       },
       read: (consumer, topic) =>

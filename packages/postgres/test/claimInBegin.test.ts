@@ -159,6 +159,32 @@ describe.skipIf(!hasPostgres)('the claim in BEGIN’s round trip', () => {
     });
   }
 
+  // Kafka's offsets mode: the conditional offset upsert is that mode's claim, the first
+  // statement of every record's transaction, and travels with BEGIN the same way.
+  it('offsets.advance travels with BEGIN, keeps hostile names byte for byte, and stays conditional', async () => {
+    const { store, schema, sent } = await recordedStore();
+    const advance = (consumer: string, topic: string, offset: string) =>
+      store.transaction((tx) => store.offsets.advance(tx, consumer, topic, 3, offset));
+    await advance('warm-up', 'warm-up', '0');
+    sent.length = 0;
+    expect(await advance('c', 'orders', '41')).toBe(true);
+    expect(sent).toHaveLength(2);
+    expect(sent[0]).toMatch(/^BEGIN ISOLATION LEVEL READ COMMITTED;.*INSERT INTO .*offsets/s);
+    expect(sent[1]).toBe('COMMIT');
+    // Not past a later offset already stored: the record is a replay.
+    expect(await advance('c', 'orders', '40')).toBe(false);
+    expect(await advance('c', 'orders', '42')).toBe(true);
+    for (const [i, name] of HOSTILE.entries()) {
+      const topic = HOSTILE[(i + 1) % HOSTILE.length]!;
+      expect(await advance(name, topic, '9007199254740993')).toBe(true);
+      const { rows } = await admin.query<{ next_offset: string }>(
+        `SELECT next_offset::text FROM "${schema}".offsets WHERE consumer = $1 AND topic = $2 AND partition = 3`,
+        [name, topic],
+      );
+      expect(rows).toEqual([{ next_offset: '9007199254740994' }]);
+    }
+  });
+
   it('a message ID holding NUL is refused by the server on the parameterized path, nothing kept', async () => {
     const { store, schema, sent } = await recordedStore();
     await processOnce(store, { consumer: 'c', messageId: 'warm-up' }, async () => {});
