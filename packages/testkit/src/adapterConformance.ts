@@ -868,10 +868,18 @@ const SCENARIOS: Scenario[] = [
       if (!run.setup.disconnect)
         throw new HarnessIncompleteError('setup.disconnect', 'feature serverSideDisconnect is declared');
       const published = ids('disconnect', 100);
+      let cut = false;
       await run.startConsumer({
         label: 'a',
         concurrency: 4,
         handler: async (message, ctx) => {
+          // The second half waits for the cut, so the stream crosses it: a consumer faster
+          // than this test (or a test slowed by load) would otherwise have taken every
+          // message before the cut, and a receive loop that dies there would go unseen.
+          // Bounded, in case a broker hands out the second half first.
+          if ((message.body as { n: number }).n >= 50 && !cut) {
+            await waitFor(() => cut || undefined, { timeoutMs: t(20_000), intervalMs: 20 }).catch(() => {});
+          }
           await run.insertEffect(ctx, message, 'a');
           await sleep(10); // keep the stream flowing while the connection is cut
         },
@@ -879,6 +887,7 @@ const SCENARIOS: Scenario[] = [
       await run.publish(published.map((id, n) => ({ id, body: { n } })));
       await run.spy.waitForCount('processed', 20, undefined, t(30_000));
       await run.setup.disconnect();
+      cut = true;
       const counts = await run.waitForEffects(published, t(120_000));
       await run.waitForBacklogZero(t(30_000));
       expectOneEffectEach(counts, published);
