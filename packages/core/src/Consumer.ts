@@ -19,6 +19,7 @@ import type { PublishOptions } from './outbox.js';
 import { outboxOf, toOutboxWrite } from './outbox.js';
 import {
   type BatchItemResult,
+  type BatchMessage,
   fingerprintStore,
   type OrderedBatchItemResult,
   processBatchOnce,
@@ -552,9 +553,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
           this.store,
           this.settings.name,
           batch.map((entry) => ({
-            messageId: entry.key.messageId,
-            fingerprint: entry.fingerprint,
-            orderingGroup: orderingGroupOf(entry.delivery.envelope),
+            ...batchMessage(entry),
             work: (tx: Tx) =>
               // The batch runs in whichever delivery's context filled it: each handler gets its own span.
               this.telemetry.within(entry.delivery, async () => {
@@ -584,12 +583,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     return processBatchTogether(
       this.store,
       this.settings.name,
-      batch.map((entry) => ({
-        messageId: entry.key.messageId,
-        fingerprint: entry.fingerprint,
-        orderingGroup: orderingGroupOf(entry.delivery.envelope),
-        entry,
-      })),
+      batch.map((entry) => ({ ...batchMessage(entry), entry })),
       async (fresh, tx) => {
         const entries = fresh.map((item) => item.entry);
         if (entries.some((entry) => entry.attempt > this.settings.maxAttempts)) throw new AttemptsExhausted();
@@ -1250,6 +1244,15 @@ function orderingGroupOf(envelope: Delivery['envelope']): string | undefined {
 
 function isShutdown(signal: { readonly aborted: boolean; readonly reason: unknown }): boolean {
   return signal.aborted && isOncelyError(signal.reason, 'SHUTDOWN');
+}
+
+/** What a batch needs of a prepared delivery: its ID, fingerprint and ordering group. */
+function batchMessage(entry: Prepared<unknown>): BatchMessage {
+  return {
+    messageId: entry.key.messageId,
+    fingerprint: entry.fingerprint,
+    orderingGroup: orderingGroupOf(entry.delivery.envelope),
+  };
 }
 
 /**

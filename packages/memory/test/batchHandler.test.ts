@@ -5,31 +5,15 @@
  * dead-lettered, and the rest of its batch commits.
  */
 import { type BatchEntry, ConfigError, createConsumer, type SqlClient, silentLogger } from '@oncely/core';
-import { createMemoryConsumer, MemoryBroker } from '@oncely/memory';
+import { createMemoryConsumer } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
 import { afterEach, describe, expect, it } from 'vitest';
+import { type Cleanups, effectsPerId, newBroker, storeWithEffects } from './support.js';
 
-const cleanups: Array<() => Promise<void> | void> = [];
+const cleanups: Cleanups = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-async function storeWithEffects(): Promise<PostgresStore> {
-  const store = PostgresStore.embedded();
-  cleanups.push(() => store.close());
-  await store.migrate();
-  // No unique key on message_id: only the processed marker may stop a second row.
-  await store.transaction((tx) =>
-    tx.query('CREATE TABLE effects (n serial PRIMARY KEY, message_id text NOT NULL)'),
-  );
-  return store;
-}
-
-function newBroker(): MemoryBroker {
-  const broker = new MemoryBroker();
-  cleanups.push(() => broker.close());
-  return broker;
-}
 
 /** The handler's effect for every entry, as one statement. */
 async function insertAll(entries: readonly BatchEntry<unknown, SqlClient>[], tx: SqlClient): Promise<void> {
@@ -38,19 +22,10 @@ async function insertAll(entries: readonly BatchEntry<unknown, SqlClient>[], tx:
   ]);
 }
 
-async function effectsPerId(store: PostgresStore): Promise<Map<string, number>> {
-  const { rows } = await store.transaction((tx) =>
-    tx.query<{ message_id: string; n: number }>(
-      'SELECT message_id, count(*)::int AS n FROM effects GROUP BY message_id',
-    ),
-  );
-  return new Map(rows.map((row) => [row.message_id, row.n]));
-}
-
 describe('batchHandler on the memory broker', () => {
   it('gets each batch’s new messages in one call, in the transaction of their markers', async () => {
-    const broker = newBroker();
-    const store = await storeWithEffects();
+    const broker = newBroker(cleanups);
+    const store = await storeWithEffects(cleanups);
     const calls: Array<{ ids: string[]; sameTx: boolean; keys: string[] }> = [];
     const consumer = createMemoryConsumer<{ n: number }>({
       name: 'together',
@@ -95,8 +70,8 @@ describe('batchHandler on the memory broker', () => {
   });
 
   it('commits the rest of a batch when one message fails, retries that one alone, then dead-letters it', async () => {
-    const broker = newBroker();
-    const store = await storeWithEffects();
+    const broker = newBroker(cleanups);
+    const store = await storeWithEffects(cleanups);
     const poisonRuns: number[] = [];
     const consumer = createMemoryConsumer<{ poison?: boolean }>({
       name: 'isolate',
@@ -138,8 +113,8 @@ describe('batchHandler on the memory broker', () => {
   });
 
   it('dead-letters a message whose attempts are used up without running it, and commits the rest', async () => {
-    const broker = newBroker();
-    const store = await storeWithEffects();
+    const broker = newBroker(cleanups);
+    const store = await storeWithEffects(cleanups);
     // 'worn' crashed three consumers already: its count is at maxAttempts, and its next
     // delivery is a redelivery (received once, lease ended), so the run is counted up front.
     for (let i = 0; i < 3; i++) await store.recordAttempt({ consumer: 'worn-out', messageId: 'worn' });
@@ -175,7 +150,7 @@ describe('batchHandler on the memory broker', () => {
   });
 
   it('is refused without batch, next to handler, or when neither is given', async () => {
-    const broker = newBroker();
+    const broker = newBroker(cleanups);
     const store = PostgresStore.embedded();
     cleanups.push(() => store.close());
     const base = {

@@ -1,37 +1,13 @@
-import {
-  type Consumer,
-  createConsumer,
-  type IdempotencyStore,
-  loadConfig,
-  type SqlClient,
-  silentLogger,
-} from '@oncely/core';
+import { type Consumer, createConsumer, loadConfig, silentLogger } from '@oncely/core';
 import { createMemoryConsumer, MemoryBroker, randomFaults } from '@oncely/memory';
-import { PostgresStore } from '@oncely/postgres';
 import { afterEach, describe, expect, it } from 'vitest';
+import { type Cleanups, effectsPerId, newBroker, storeWithEffects } from './support.js';
 
 /** Everything a test opened, closed in reverse order whatever the outcome. */
-const cleanups: Array<() => Promise<void> | void> = [];
+const cleanups: Cleanups = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-async function embeddedStore(): Promise<IdempotencyStore<SqlClient>> {
-  const store = PostgresStore.embedded();
-  cleanups.push(() => store.close());
-  await store.migrate();
-  // No unique key on message_id: only the processed marker may stop a second row.
-  await store.transaction((tx) =>
-    tx.query('CREATE TABLE effects (n serial PRIMARY KEY, message_id text NOT NULL)'),
-  );
-  return store;
-}
-
-function newBroker(): MemoryBroker {
-  const broker = new MemoryBroker();
-  cleanups.push(() => broker.close());
-  return broker;
-}
 
 function track<TBody>(consumer: Consumer<TBody>) {
   const counts = { received: 0, processed: 0, duplicate: 0, failed: 0, deadLettered: 0, ackFailed: 0 };
@@ -41,19 +17,10 @@ function track<TBody>(consumer: Consumer<TBody>) {
   return counts;
 }
 
-async function effectsPerId(store: IdempotencyStore<SqlClient>): Promise<Map<string, number>> {
-  const { rows } = await store.transaction((tx) =>
-    tx.query<{ message_id: string; n: number }>(
-      'SELECT message_id, count(*)::int AS n FROM effects GROUP BY message_id',
-    ),
-  );
-  return new Map(rows.map((row) => [row.message_id, row.n]));
-}
-
 describe('createConsumer on the memory broker with the embedded store', () => {
   it('applies each message once despite producer duplicates, lost acks and duplicate deliveries', async () => {
-    const broker = newBroker();
-    const store = await embeddedStore();
+    const broker = newBroker(cleanups);
+    const store = await storeWithEffects(cleanups);
     const injected = { dropAck: 0, duplicateDelivery: 0 };
     const random = randomFaults({ seed: 3, dropAck: 0.3, duplicateDelivery: 0.2, maxDeliveryCount: 3 });
     broker.faults = {
@@ -94,8 +61,8 @@ describe('createConsumer on the memory broker with the embedded store', () => {
   });
 
   it('retries a failed handler after the backoff, and dead-letters exhausted and ID-less messages', async () => {
-    const broker = newBroker();
-    const store = await embeddedStore();
+    const broker = newBroker(cleanups);
+    const store = await storeWithEffects(cleanups);
     const attempts = new Map<string, number[]>();
     const consumer = createMemoryConsumer<{ kind: string }>({
       name: 'e2e-retry',
@@ -143,8 +110,8 @@ describe('createConsumer on the memory broker with the embedded store', () => {
   });
 
   it('renews the lease of a handler that runs longer than the visibility timeout', async () => {
-    const broker = newBroker();
-    const store = await embeddedStore();
+    const broker = newBroker(cleanups);
+    const store = await storeWithEffects(cleanups);
     const consumer = await createConsumer({
       name: 'e2e-slow',
       broker: { type: 'memory', broker, queue: 'slow', visibilityTimeoutMs: 400 },
@@ -172,7 +139,7 @@ describe('createConsumer on the memory broker with the embedded store', () => {
       env: { ONCELY_NAME: 'e2e-env', ONCELY_BROKER_TYPE: 'memory', ONCELY_BROKER_QUEUE: queue },
     });
     expect(config.broker).toEqual({ type: 'memory', queue });
-    const store = await embeddedStore();
+    const store = await storeWithEffects(cleanups);
     const consumer = await createConsumer({
       ...config,
       store,
@@ -214,7 +181,7 @@ describe('createConsumer on the memory broker with the embedded store', () => {
         ONCELY_BROKER_VISIBILITY_TIMEOUT_MS: '0',
       },
     });
-    const store = await embeddedStore();
+    const store = await storeWithEffects(cleanups);
     await expect(createConsumer({ ...config, store, handler: async () => {} })).rejects.toThrow(
       'Invalid Oncely config: broker.visibilityTimeoutMs (from ONCELY_BROKER_VISIBILITY_TIMEOUT_MS) must be an integer from 1',
     );
