@@ -44,8 +44,11 @@ interface Defect {
   name: string;
   /** The bug, in a few words (the README table's second column). */
   what: string;
-  /** Scenario → text its failure message must contain (the symptom it names). */
-  red: Record<number, string>;
+  /**
+   * Scenario → text its failure message must contain (the symptom it names); a list when
+   * the defect shows one of several symptoms, by a race it causes itself.
+   */
+  red: Record<number, string | readonly string[]>;
   /** memory: the in-process memory broker; pg-queue: the PostgreSQL-table queue (child processes, disconnects). */
   broker: 'memory' | 'pg-queue';
   /**
@@ -228,7 +231,15 @@ const DEFECTS: Defect[] = [
     name: 'every-delivery-redelivered',
     what: 'the adapter flags every delivery as redelivered: the happy path writes an attempt counter',
     broker: 'memory',
-    red: { 16: 'attempt counter of a message processed on its first delivery' },
+    // Counting every run up front also counts the runs a release gives back; the count is
+    // taken back without waiting, so when the failing consumer's first run is counted
+    // before the last take-back lands, it dies one run early: the same defect, seen sooner.
+    red: {
+      16: [
+        'attempt counter of a message processed on its first delivery',
+        'runs of released-then-failing after its releases',
+      ],
+    },
     adapter: (adapter) =>
       deliveriesWith(adapter, (delivery) => ({
         ...delivery,
@@ -448,13 +459,25 @@ const DEFECTS: Defect[] = [
     red: { 13: 'an effect for each of 100 messages' },
     adapter: (adapter) => {
       let gaveUp = false;
-      // The fixture's pool reports its sessions' deaths here (pgQueue.mjs).
+      // A cut session is seen wherever it was: idle in the fixture's pool (its 'error'
+      // event, pgQueue.mjs), receiving (reportError), or settling or renewing a delivery
+      // (the call rejects). Watching all three, the loop gives up whenever the cut lands.
       (adapter as unknown as { pool: { on(event: 'error', listener: () => void): void } }).pool.on(
         'error',
         () => {
           gaveUp = true;
         },
       );
+      const watched =
+        <A extends unknown[]>(call: (...args: A) => Promise<void>) =>
+        async (...args: A): Promise<void> => {
+          try {
+            await call(...args);
+          } catch (error) {
+            gaveUp = true;
+            throw error;
+          }
+        };
       return runtimeWith(adapter, (runtime) => ({
         whenReady: { value: async () => (gaveUp ? 0 : runtime.whenReady()) },
         reportError: {
@@ -462,6 +485,17 @@ const DEFECTS: Defect[] = [
             gaveUp = true;
             runtime.reportError(error, message);
           },
+        },
+        dispatch: {
+          value: (delivery: Delivery) =>
+            runtime.dispatch({
+              ...delivery,
+              ack: watched(delivery.ack),
+              retryLater: watched(delivery.retryLater),
+              deadLetter: watched(delivery.deadLetter),
+              release: watched(delivery.release),
+              ...(delivery.extendLease ? { extendLease: watched(delivery.extendLease) } : {}),
+            }),
         },
       }));
     },
@@ -547,8 +581,9 @@ describe.skipIf(!hasPostgres).concurrent('planted defects', () => {
   });
 });
 
-function literal(text: string): RegExp {
-  return new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+function literal(texts: string | readonly string[]): RegExp {
+  const alternatives = typeof texts === 'string' ? [texts] : texts;
+  return new RegExp(alternatives.map((text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|'));
 }
 
 const README = new URL('../../packages/testkit/README.md', import.meta.url);
@@ -564,7 +599,9 @@ function renderTable(): string {
       const result = !outcome
         ? 'NOT RUN'
         : outcome.caught
-          ? `\`${text.replaceAll('|', '\\|')}\``
+          ? (typeof text === 'string' ? [text] : text)
+              .map((t) => `\`${t.replaceAll('|', '\\|')}\``)
+              .join(' or ')
           : `NOT CAUGHT: ${outcome.message === undefined ? 'passed' : `\`${outcome.message}\``}`;
       const where = defect.broker === 'pg-queue' ? ' (PostgreSQL-table queue)' : '';
       rows.push(`| ${defect.name}${where} | ${defect.what.replaceAll('|', '\\|')} | ${n} | ${result} |`);
