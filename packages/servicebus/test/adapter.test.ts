@@ -243,6 +243,11 @@ suite('@oncely/servicebus on the emulator', () => {
       expect(maxInFlight).toBeLessThanOrEqual(3);
       expect(emulator.inspect(queue).total).toBe(0);
     }),
+    // Under CI load a worker has been seen waiting out the emulator's whole
+    // accept-next-session wait (60 s) for a session that had become free: an open defect
+    // (see the stop note), not this test's subject. The bound leaves room for that wait;
+    // every assertion above is unchanged.
+    150_000,
   );
 
   it(
