@@ -117,6 +117,9 @@ class ReleaseRequested extends Error {}
 /** Probe interval while the store is down, growing to this cap. */
 const OUTAGE_PROBE_MAX_MS = 2000;
 
+/** How long a release waits for its run's count to be taken back before giving the message back anyway. */
+const UNCOUNT_WAIT_MS = 1000;
+
 /**
  * A running consumer: the one place that orders claim → run → commit → ack.
  *
@@ -941,11 +944,13 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
 
   /** Gives a delivery back without it counting as an attempt (stop, outage, safety net). */
   private async release(delivery: Delivery, event: ConsumerEvent): Promise<void> {
+    // The count first: a message given back can be redelivered at once, and a run counted
+    // before the take-back landed would see one attempt too many (at the limit, dead-lettered
+    // a run early). Bounded: a release often happens because the store is down or
+    // partitioned, and giving the message back must not wait for it. A count that cannot be
+    // taken back costs the message one attempt, logged.
+    await settledWithin(this.uncount(delivery, event), UNCOUNT_WAIT_MS);
     if (await this.settle('release', delivery, () => delivery.release(), event)) this.emit('released', event);
-    // Not awaited: a release often happens because the store is down or partitioned, and
-    // giving the message back must not wait for the store. A count that cannot be taken
-    // back costs the message one attempt, logged.
-    void this.uncount(delivery, event);
   }
 
   private async retry(delivery: Delivery, delayMs: number, event: ConsumerEvent): Promise<void> {
@@ -1272,4 +1277,13 @@ function errorText(error: unknown): string {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Waits for `work` (which never rejects) or `ms`, whichever comes first; the work goes on either way. */
+function settledWithin(work: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }

@@ -109,6 +109,60 @@ describe('createConsumer on the memory broker with the embedded store', () => {
     await expect.poll(counters).toEqual([{ message_id: 'broken', attempts: 2 }]);
   });
 
+  it("takes a released run's count back before it gives the message back", async () => {
+    // A released message can be redelivered at once; a run counted before the take-back
+    // lands would see one attempt too many (at the limit: dead-lettered a run early).
+    const broker = newBroker(cleanups);
+    const store = await storeWithEffects(cleanups);
+    const order: string[] = [];
+    const forgetAttempt = store.forgetAttempt.bind(store);
+    store.forgetAttempt = async (key) => {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await forgetAttempt(key);
+      order.push('count taken back');
+    };
+    const release = broker.release.bind(broker);
+    broker.release = (receipt) => {
+      order.push('message given back');
+      return release(receipt);
+    };
+    let runs = 0;
+    let heldRunStarted!: () => void;
+    const heldRun = new Promise<void>((resolve) => {
+      heldRunStarted = resolve;
+    });
+    const consumer = createMemoryConsumer({
+      name: 'e2e-release-count',
+      broker: { broker, queue: 'held', visibilityTimeoutMs: 5000 },
+      store,
+      // The held run is aborted after the first 500 ms; its release gets the next 500 ms.
+      stopTimeoutMs: 500,
+      backoff: { initialMs: 10, maxMs: 10 },
+      logger: silentLogger,
+      handler: async (_message, ctx) => {
+        if (++runs === 1) throw new Error('the first run fails, so the second is a counted redelivery');
+        heldRunStarted();
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+        throw ctx.signal.reason;
+      },
+    });
+    const counts = track(consumer);
+    await consumer.start();
+    await broker.send('held', { id: 'held-1', body: {} });
+    await heldRun;
+    await consumer.stop();
+
+    expect(order).toEqual(['count taken back', 'message given back']);
+    expect(counts.failed).toBe(1);
+    const { rows } = await store.transaction((tx) =>
+      tx.query<{ attempts: number }>(
+        `SELECT attempts FROM oncely.attempts WHERE consumer = 'e2e-release-count' AND message_id = 'held-1'`,
+      ),
+    );
+    // One failed run on record; the released run left no count.
+    expect(rows).toEqual([{ attempts: 1 }]);
+  });
+
   it('renews the lease of a handler that runs longer than the visibility timeout', async () => {
     const broker = newBroker(cleanups);
     const store = await storeWithEffects(cleanups);
