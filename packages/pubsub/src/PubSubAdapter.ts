@@ -171,7 +171,11 @@ export class PubSubAdapter implements BrokerAdapter {
 
   async start(runtime: AdapterRuntime): Promise<void> {
     this.runtime = runtime;
-    const facts = await readSubscriptionFacts(this.pubsub, this.subscriptionName);
+    const facts = await readSubscriptionFacts(
+      this.pubsub,
+      this.subscriptionName,
+      this.settings.connectTimeoutMs,
+    );
     this.subscriptionFacts = facts;
     this.leaseSeconds = this.settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
     const deadLetterTopic = this.settings.deadLetterTopic ?? facts.deadLetterPolicy?.deadLetterTopic;

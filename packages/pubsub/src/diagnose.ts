@@ -43,7 +43,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     const name = pubsub.subscription(settings.subscription).name;
     let facts: SubscriptionFacts;
     try {
-      facts = await readSubscriptionFacts(pubsub, name);
+      facts = await readSubscriptionFacts(pubsub, name, settings.connectTimeoutMs);
     } catch (error) {
       findings.push({
         level: 'error',

@@ -47,6 +47,12 @@ export interface PubSubBrokerConfig {
    * @default the subscription's dead-letter policy topic, if any
    */
   deadLetterTopic?: string;
+  /**
+   * How long `start()` waits for the service to answer its first call (GetSubscription),
+   * retries included, before it fails with `BROKER_UNREACHABLE`. Without it the client
+   * retries an unreachable endpoint for its own 60 s budget. @default 15000
+   */
+  connectTimeoutMs?: number;
 }
 
 /** {@link PubSubBrokerConfig} after validation. */
@@ -58,6 +64,7 @@ export interface PubSubSettings {
   ackDeadlineSeconds?: number;
   maxStreams: number;
   deadLetterTopic?: string;
+  connectTimeoutMs: number;
 }
 
 const KNOWN_OPTIONS = new Set([
@@ -69,6 +76,7 @@ const KNOWN_OPTIONS = new Set([
   'ackDeadlineSeconds',
   'maxStreams',
   'deadLetterTopic',
+  'connectTimeoutMs',
 ]);
 
 const SUBSCRIPTION_NAME = /^(projects\/[^/]+\/subscriptions\/)?[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$/;
@@ -149,6 +157,7 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
     ),
     maxStreams: integer(broker.maxStreams, 1, 20, 'broker.maxStreams') ?? 1,
     deadLetterTopic: deadLetterTopic as string | undefined,
+    connectTimeoutMs: integer(broker.connectTimeoutMs, 1, 600_000, 'broker.connectTimeoutMs') ?? 15_000,
   };
 }
 

@@ -33,7 +33,8 @@ function durationMs(
 }
 
 /**
- * Reads the subscription's settings (GetSubscription). A missing subscription is a
+ * Reads the subscription's settings (GetSubscription), retries included within `timeoutMs`
+ * (the client's own budget otherwise). A missing subscription is a
  * `BrokerMisconfiguredError`; other failures are rethrown as they are.
  *
  * @example
@@ -41,10 +42,15 @@ function durationMs(
  * const { ackDeadlineSeconds } = await readSubscriptionFacts(pubsub, name);
  * ```
  */
-export async function readSubscriptionFacts(pubsub: PubSub, name: string): Promise<SubscriptionFacts> {
+export async function readSubscriptionFacts(
+  pubsub: PubSub,
+  name: string,
+  timeoutMs?: number,
+): Promise<SubscriptionFacts> {
   let metadata: protos.google.pubsub.v1.ISubscription;
   try {
-    [metadata] = await pubsub.subscription(name).getMetadata();
+    // gax turns `timeout` into the call's total deadline, retries of UNAVAILABLE included.
+    [metadata] = await pubsub.subscription(name).getMetadata(timeoutMs ? { timeout: timeoutMs } : undefined);
   } catch (error) {
     if ((error as { code?: unknown }).code === NOT_FOUND) {
       throw new BrokerMisconfiguredError(`Pub/Sub subscription ${name} does not exist`, { cause: error });

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { type AddressInfo, createServer } from 'node:net';
 import type { PubSub } from '@google-cloud/pubsub';
 import { type ConsumerEvent, createConsumer, isOncelyError, silentLogger } from '@oncely/core';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
@@ -45,6 +46,7 @@ describe('broker options', () => {
     expect(fieldOf({ subscription: 'payments', ackDeadlineSeconds: 601 })).toBe('broker.ackDeadlineSeconds');
     expect(fieldOf({ subscription: 'payments', maxStreams: 0 })).toBe('broker.maxStreams');
     expect(fieldOf({ subscription: 'payments', deadLetterTopic: 'goog' })).toBe('broker.deadLetterTopic');
+    expect(fieldOf({ subscription: 'payments', connectTimeoutMs: 0 })).toBe('broker.connectTimeoutMs');
     expect(fieldOf({ subscription: 'payments', client: pubsub, projectId: 'p' })).toBe('broker.projectId');
     expect(fieldOf({ subscription: 'projects/p/subscriptions/payments', projectId: 'p' })).toBeUndefined();
   });
@@ -185,4 +187,41 @@ describe.skipIf(!hasPostgres)('createConsumer by broker type', () => {
     await pool.end();
     await store.close();
   });
+
+  it('fails start() within connectTimeoutMs on an endpoint nobody answers, naming it', async () => {
+    // A port nothing listens on: the client retries UNAVAILABLE for its own 60 s budget
+    // unless start() bounds its first call.
+    const closed = await new Promise<number>((resolve) => {
+      const server = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as AddressInfo;
+        server.close(() => resolve(port));
+      });
+    });
+    const schema = `oncely_pubsub_unreachable_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
+    const store = new PostgresStore({ connectionString: DATABASE_URL, schema, logger: silentLogger });
+    await store.migrate();
+    const consumer = await createConsumer({
+      name: 'unreachable',
+      broker: {
+        type: 'pubsub',
+        projectId: PROJECT,
+        apiEndpoint: `127.0.0.1:${closed}`,
+        subscription: 'payments',
+        connectTimeoutMs: 1500,
+      },
+      store,
+      logger: silentLogger,
+      handler: async () => {},
+    });
+    const error = await consumer.start().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await store.transaction((tx) => tx.query(`DROP SCHEMA "${schema}" CASCADE`));
+    await store.close();
+    expect(isOncelyError(error, 'BROKER_UNREACHABLE')).toBe(true);
+    expect((error as Error).message).toContain(
+      `cannot connect to Pub/Sub at 127.0.0.1:${closed} (projects/${PROJECT}/subscriptions/payments)`,
+    );
+  }, 30_000);
 });
