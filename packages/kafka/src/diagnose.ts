@@ -1,5 +1,5 @@
 import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
-import kafkajs from 'kafkajs';
+import kafkajs, { type Kafka as KafkaClient } from 'kafkajs';
 import { buildKafkaClient } from './client.js';
 import { resolveKafkaConfig } from './config.js';
 
@@ -63,11 +63,15 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     });
   }
 
-  const kafka = buildKafkaClient(resolved, {
-    clientId: `${resolved.clientId}-doctor`,
-    logLevel: logLevel.NOTHING,
-    retry: { retries: 1 },
-  });
+  // Your own client when you gave one (its brokers, TLS and SASL are the ones the consumer
+  // uses; `brokers` may then be absent), else one built from the options.
+  const kafka =
+    (resolved.kafka as KafkaClient | undefined) ??
+    buildKafkaClient(resolved, {
+      clientId: `${resolved.clientId}-doctor`,
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 1 },
+    });
   const admin = kafka.admin();
   try {
     await admin.connect();
@@ -123,7 +127,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   } catch (error) {
     findings.push({
       level: 'error',
-      message: `cluster ${resolved.brokers.join(',')} did not answer: ${error instanceof Error ? error.message : String(error)}`,
+      message: `cluster ${resolved.kafka ? '(your broker.kafka client)' : resolved.brokers.join(',')} did not answer: ${error instanceof Error ? error.message : String(error)}`,
     });
   } finally {
     await admin.disconnect().catch(() => {});

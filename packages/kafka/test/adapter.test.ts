@@ -472,6 +472,25 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     ]);
   });
 
+  it('diagnose() talks to the cluster through your own client when broker.kafka is given', async () => {
+    const topic = uniqueName('diagnose-own-client');
+    await createTopic(admin, topic, 1);
+    // No `brokers`: with `kafka` given they are optional, and diagnose must not build a
+    // client of its own from them.
+    const report = await diagnose({
+      name: uniqueName('diagnose-own-client-consumer'),
+      broker: { type: 'kafka', kafka, topic },
+      store: db.store,
+      handler: async () => {},
+    });
+    expect(report.findings.map((f) => `${f.level}: ${f.message}`)).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^ok: cluster answers/),
+        expect.stringMatching(/^ok: topic '.*' has 1 partition/),
+      ]),
+    );
+  });
+
   // Issue 11, Kafka 6: a handler that may run longer than rebalanceTimeout holds a
   // rebalance until the broker removes its member; diagnose() did not compare them.
   it('diagnose() warns when handlerTimeoutMs exceeds rebalanceTimeout', async () => {
