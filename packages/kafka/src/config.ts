@@ -2,8 +2,9 @@ import { type BrokerConfig, ConfigError } from '@oncely/core';
 
 /**
  * The `broker` section for Kafka: `{ type: 'kafka', brokers, topic, ... }`. Every field
- * but `type`, `brokers` and `topic` is optional. JSON-serialisable, so it can come from
- * `loadConfig()` (environment variables or a file).
+ * but `type`, `brokers` and `topic` is optional, and `brokers` too when you give your own
+ * client (`kafka`). JSON-serialisable (but `kafka`), so it can come from `loadConfig()`
+ * (environment variables or a file).
  *
  * @example
  * ```ts
@@ -29,8 +30,11 @@ export type KafkaBrokerConfig = KafkaBrokerOptions & { type: 'kafka' };
  */
 // A type alias, not an interface: it must stay assignable to BrokerConfig's index signature.
 export type KafkaBrokerOptions = {
-  /** Bootstrap brokers, `host:port`. A comma-separated string is accepted too (environment variables). */
-  brokers: string[] | string;
+  /**
+   * Bootstrap brokers, `host:port`. A comma-separated string is accepted too (environment
+   * variables). Required unless `kafka` (your own client) is given.
+   */
+  brokers?: string[] | string;
   /** The topic to consume. */
   topic: string;
   /** Consumer group. @default the consumer's `name` */
