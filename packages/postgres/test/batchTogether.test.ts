@@ -1,7 +1,7 @@
 import { processBatchTogether, type SqlClient, StoreUnavailableError } from '@oncely/core';
-import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { PostgresStore } from '../src/index.js';
-import { admin, connectionString, dropSchema, hasPostgres, uniqueSchema } from './serverEnv.js';
+import { admin, cleanupAfterFile, connectionString, hasPostgres, uniqueSchema } from './serverEnv.js';
 
 /**
  * processBatchTogether (issue #15, goal 2): one handler for the whole batch, whose effects
@@ -9,21 +9,7 @@ import { admin, connectionString, dropSchema, hasPostgres, uniqueSchema } from '
  * that throws makes the batch run again item by item under savepoints: the item at fault
  * fails alone (its marker removed), the others commit. Nothing may be lost or doubled.
  */
-let failed = false;
-const schemas: string[] = [];
-const stores: PostgresStore[] = [];
-
-beforeEach(({ onTestFailed }) => {
-  onTestFailed(() => {
-    failed = true;
-  });
-});
-
-afterAll(async () => {
-  for (const store of stores) await store.close().catch(() => {});
-  if (!failed) for (const schema of schemas) await dropSchema(schema);
-  await admin.end();
-});
+const { schemas, stores } = cleanupAfterFile();
 
 interface Payment {
   messageId: string;

@@ -1,7 +1,7 @@
 import { type BatchItem, processBatchOnce, type SqlClient } from '@oncely/core';
-import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { PostgresStore } from '../src/index.js';
-import { admin, connectionString, dropSchema, hasPostgres, uniqueSchema } from './serverEnv.js';
+import { admin, cleanupAfterFile, connectionString, hasPostgres, uniqueSchema } from './serverEnv.js';
 
 /**
  * processBatchOnce with ordering groups (issue #15): the records of one Kafka partition
@@ -9,21 +9,7 @@ import { admin, connectionString, dropSchema, hasPostgres, uniqueSchema } from '
  * not commit ahead of its retry. They come back `released` with their claims undone;
  * the other groups of the batch commit.
  */
-let failed = false;
-const schemas: string[] = [];
-const stores: PostgresStore[] = [];
-
-beforeEach(({ onTestFailed }) => {
-  onTestFailed(() => {
-    failed = true;
-  });
-});
-
-afterAll(async () => {
-  for (const store of stores) await store.close().catch(() => {});
-  if (!failed) for (const schema of schemas) await dropSchema(schema);
-  await admin.end();
-});
+const { schemas, stores } = cleanupAfterFile();
 
 async function storeWithEffects() {
   const schema = uniqueSchema('ordered_batch');

@@ -5,17 +5,15 @@ import type { Logger, SqlClient } from '@oncely/core';
 import { isOncelyError, processOnce, StoreUnavailableError } from '@oncely/core';
 import { closedPort } from '@oncely/testkit';
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { LATEST_VERSION, PostgresStore, SchemaVersionError } from '../src/index.js';
 import { MIGRATIONS } from '../src/migrations/index.js';
-import { admin, connectionString, dropSchema, hasPostgres, uniqueSchema } from './serverEnv.js';
+import { admin, cleanupAfterFile, connectionString, hasPostgres, uniqueSchema } from './serverEnv.js';
 
 const WORKER = fileURLToPath(new URL('./fixtures/crashingWorker.mjs', import.meta.url));
 const BUILT = fileURLToPath(new URL('../dist/index.js', import.meta.url));
 
-let failed = false;
-const schemas: string[] = [];
-const stores: PostgresStore[] = [];
+const { schemas, stores } = cleanupAfterFile();
 
 /** A migrated store on a schema of its own; closed and dropped after the file (dropped only if everything passed). */
 async function openStore(options: { migrate?: boolean; lockTimeoutMs?: number; logger?: Logger } = {}) {
@@ -61,18 +59,6 @@ function deferred<T = void>() {
   });
   return { promise, resolve };
 }
-
-beforeEach(({ onTestFailed }) => {
-  onTestFailed(() => {
-    failed = true;
-  });
-});
-
-afterAll(async () => {
-  for (const store of stores) await store.close().catch(() => {});
-  if (!failed) for (const schema of schemas) await dropSchema(schema);
-  await admin.end();
-});
 
 describe.skipIf(!hasPostgres)('PostgresStore on a real server', () => {
   describe('racing', () => {

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { requireService } from '@oncely/testkit';
 import pg from 'pg';
+import { afterAll, beforeEach } from 'vitest';
+import type { PostgresStore } from '../src/index.js';
 
 /** The real server the tests use (trust auth on 127.0.0.1 in CI and the dev container). */
 export const connectionString = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -24,4 +26,26 @@ export function uniqueSchema(prefix: string): string {
 
 export async function dropSchema(schema: string): Promise<void> {
   await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+}
+
+/**
+ * What a test file opens on the server: push each schema and store here. After the file
+ * the stores are closed, the schemas dropped (kept, to look at, when a test failed) and
+ * the admin pool ended. Registers its own hooks, so call it once at the file's top level.
+ */
+export function cleanupAfterFile(): { schemas: string[]; stores: PostgresStore[] } {
+  let failed = false;
+  const schemas: string[] = [];
+  const stores: PostgresStore[] = [];
+  beforeEach(({ onTestFailed }) => {
+    onTestFailed(() => {
+      failed = true;
+    });
+  });
+  afterAll(async () => {
+    for (const store of stores) await store.close().catch(() => {});
+    if (!failed) for (const schema of schemas) await dropSchema(schema);
+    await admin.end();
+  });
+  return { schemas, stores };
 }
