@@ -539,6 +539,7 @@ export class ServiceBusEmulator {
     c.on('connection_open', (context: any) => this.connections.add(context.connection));
     c.on('connection_close', (context: any) => this.onConnectionGone(context.connection));
     c.on('disconnected', (context: any) => this.onConnectionGone(context.connection));
+    c.on('session_close', (context: any) => this.onSessionEnded(context.session));
     c.on('error', () => {});
     c.on('connection_error', () => {});
     c.on('session_error', () => {});
@@ -578,6 +579,16 @@ export class ServiceBusEmulator {
         this.sessionWaiters.delete(waiter);
       }
     }
+  }
+
+  /**
+   * The client ended an AMQP session: its links are detached with it (AMQP 1.0, 2.7.7),
+   * though rhea reports no link closing. Without this an accept-next-session waiter of
+   * that session would be handed a session no one can receive, and a session receiver
+   * would keep its session locked until the lock ran out.
+   */
+  private onSessionEnded(session: any): void {
+    for (const link of Object.values<any>(session.links ?? {})) this.onLinkClosed(link);
   }
 
   /** A client receiver attached: the emulator sends on this link. */
