@@ -89,6 +89,8 @@ export interface EntitySnapshot {
   total: number;
   /** Messages in its `$DeadLetterQueue`. */
   deadLettered: number;
+  /** Accept-next-session requests held back until a session has messages (the client long-polls). */
+  waitingForSession: number;
 }
 
 interface Subscription {
@@ -486,7 +488,8 @@ export class ServiceBusEmulator {
   }
 
   /**
-   * Message counts of a queue, a subscription or a dead-letter queue.
+   * Message counts of a queue, a subscription or a dead-letter queue, and how many
+   * accept-next-session requests wait on it.
    *
    * @example
    * ```ts
@@ -496,7 +499,13 @@ export class ServiceBusEmulator {
   inspect(entityPath: string): EntitySnapshot {
     const entity = this.resolveEntity(entityPath);
     if (!entity) throw new Error(`no entity ${entityPath}`);
-    return { ...entity.counts(), deadLettered: entity.deadLetterQueue?.messages.size ?? 0 };
+    let waitingForSession = 0;
+    for (const waiter of this.sessionWaiters) if (waiter.entity === entity) waitingForSession++;
+    return {
+      ...entity.counts(),
+      deadLettered: entity.deadLetterQueue?.messages.size ?? 0,
+      waitingForSession,
+    };
   }
 
   /**

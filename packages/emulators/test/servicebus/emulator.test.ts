@@ -430,10 +430,11 @@ describe('sessions', () => {
     const queue = uniqueName('next-wait');
     emulator.createQueue(queue, { RequiresSession: true });
     const waiting = client.acceptNextSession(queue, { maxAutoLockRenewalDurationInMs: 0 });
-    await work(100);
+    await waitUntil(() => emulator.inspect(queue).waitingForSession === 1, 'the accept to wait');
     await client.createSender(queue).sendMessages({ body: 'late', sessionId: 'late' });
     const receiver = await waiting;
     expect(receiver.sessionId).toBe('late');
+    expect(emulator.inspect(queue).waitingForSession).toBe(0);
     await receiver.close();
   });
 
@@ -496,10 +497,12 @@ describe('sessions', () => {
     const bound = session.attach_receiver(sessionSource(queue, 'held'));
     await new Promise((resolve) => bound.once('receiver_open', resolve));
     session.attach_receiver(sessionSource(queue, null));
+    await waitUntil(() => emulator.inspect(queue).waitingForSession === 1, 'the raw accept to wait');
     await new Promise<void>((resolve) => {
       session.once('session_close', () => resolve());
       session.close();
     });
+    expect(emulator.inspect(queue).waitingForSession).toBe(0);
     await client.createSender(queue).sendMessages({ body: 'l1', sessionId: 'late' });
     const waiting = shortWaitClient();
     try {
