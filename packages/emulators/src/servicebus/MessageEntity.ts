@@ -471,14 +471,7 @@ export class MessageEntity {
 
   renewSession(record: SessionRecord): number {
     record.lockedUntil = Date.now() + this.settings.lockDurationMs;
-    clearTimeout(record.timer);
-    record.timer = unrefTimer(() => {
-      if (record.holder && record.lockedUntil <= Date.now()) {
-        const holder = record.holder;
-        this.releaseSession(record, holder);
-        this.hooks.sessionLockLost(this, record);
-      }
-    }, this.settings.lockDurationMs);
+    this.armSessionExpiry(record);
     // Messages of a locked session share the session's lock.
     for (const stored of this.messages.values()) {
       if (stored.lock && stored.lock.holder === record.holder && stored.sessionId === record.id) {
@@ -486,6 +479,28 @@ export class MessageEntity {
       }
     }
     return record.lockedUntil;
+  }
+
+  /**
+   * Ends the session lock when it runs out. A timer can fire before `Date.now()` reaches
+   * `lockedUntil` (timers run on the monotonic clock): then it is armed again, or the
+   * session would stay locked, and accept-next-session waiters unserved, for good.
+   */
+  private armSessionExpiry(record: SessionRecord): void {
+    clearTimeout(record.timer);
+    record.timer = unrefTimer(
+      () => {
+        const holder = record.holder;
+        if (!holder) return;
+        if (record.lockedUntil > Date.now()) {
+          this.armSessionExpiry(record);
+          return;
+        }
+        this.releaseSession(record, holder);
+        this.hooks.sessionLockLost(this, record);
+      },
+      Math.max(1, record.lockedUntil - Date.now()),
+    );
   }
 
   /** Ends a holder's session lock: its locked messages come back with a higher delivery count. */

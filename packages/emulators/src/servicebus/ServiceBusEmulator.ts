@@ -89,6 +89,8 @@ export interface EntitySnapshot {
   total: number;
   /** Messages in its `$DeadLetterQueue`. */
   deadLettered: number;
+  /** Accept-next-session requests held back until a session has messages (the client long-polls). */
+  waitingForSession: number;
 }
 
 interface Subscription {
@@ -486,7 +488,8 @@ export class ServiceBusEmulator {
   }
 
   /**
-   * Message counts of a queue, a subscription or a dead-letter queue.
+   * Message counts of a queue, a subscription or a dead-letter queue, and how many
+   * accept-next-session requests wait on it.
    *
    * @example
    * ```ts
@@ -496,7 +499,13 @@ export class ServiceBusEmulator {
   inspect(entityPath: string): EntitySnapshot {
     const entity = this.resolveEntity(entityPath);
     if (!entity) throw new Error(`no entity ${entityPath}`);
-    return { ...entity.counts(), deadLettered: entity.deadLetterQueue?.messages.size ?? 0 };
+    let waitingForSession = 0;
+    for (const waiter of this.sessionWaiters) if (waiter.entity === entity) waitingForSession++;
+    return {
+      ...entity.counts(),
+      deadLettered: entity.deadLetterQueue?.messages.size ?? 0,
+      waitingForSession,
+    };
   }
 
   /**
@@ -539,6 +548,7 @@ export class ServiceBusEmulator {
     c.on('connection_open', (context: any) => this.connections.add(context.connection));
     c.on('connection_close', (context: any) => this.onConnectionGone(context.connection));
     c.on('disconnected', (context: any) => this.onConnectionGone(context.connection));
+    c.on('session_close', (context: any) => this.onSessionEnded(context.session));
     c.on('error', () => {});
     c.on('connection_error', () => {});
     c.on('session_error', () => {});
@@ -578,6 +588,16 @@ export class ServiceBusEmulator {
         this.sessionWaiters.delete(waiter);
       }
     }
+  }
+
+  /**
+   * The client ended an AMQP session: its links are detached with it (AMQP 1.0, 2.7.7),
+   * though rhea reports no link closing. Without this an accept-next-session waiter of
+   * that session would be handed a session no one can receive, and a session receiver
+   * would keep its session locked until the lock ran out.
+   */
+  private onSessionEnded(session: any): void {
+    for (const link of Object.values<any>(session.links ?? {})) this.onLinkClosed(link);
   }
 
   /** A client receiver attached: the emulator sends on this link. */

@@ -4,7 +4,8 @@ import {
   type ServiceBusReceivedMessage,
   type ServiceBusReceiver,
 } from '@azure/service-bus';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import rhea, { type Connection, type ReceiverOptions } from 'rhea';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type ServiceBusEmulator, startServiceBusEmulator } from '../../dist/servicebus/index.js';
 import { uniqueName, waitUntil, work } from './support.js';
 
@@ -429,10 +430,11 @@ describe('sessions', () => {
     const queue = uniqueName('next-wait');
     emulator.createQueue(queue, { RequiresSession: true });
     const waiting = client.acceptNextSession(queue, { maxAutoLockRenewalDurationInMs: 0 });
-    await work(100);
+    await waitUntil(() => emulator.inspect(queue).waitingForSession === 1, 'the accept to wait');
     await client.createSender(queue).sendMessages({ body: 'late', sessionId: 'late' });
     const receiver = await waiting;
     expect(receiver.sessionId).toBe('late');
+    expect(emulator.inspect(queue).waitingForSession).toBe(0);
     await receiver.close();
   });
 
@@ -455,7 +457,89 @@ describe('sessions', () => {
     await first.close().catch(() => {});
     await second.close();
   });
+
+  // A missed wake-up leaves accept-next-session waiting out its whole server wait for a
+  // session that is free. Each of these waits on a client whose accept-next-session asks
+  // the emulator to wait 5 s: a missed wake-up shows as ServiceTimeout, not as a session.
+
+  it('a session lock runs out even when its timer fires before the clock reaches the end; a waiting accept-next-session gets the session', async () => {
+    const queue = uniqueName('session-expiry-early');
+    emulator.createQueue(queue, { RequiresSession: true, LockDuration: 'PT1S' });
+    await client.createSender(queue).sendMessages({ body: 's1', sessionId: 's' });
+    const holder = await client.acceptSession(queue, 's', { maxAutoLockRenewalDurationInMs: 0 });
+    // Timers run on the monotonic clock (from the event loop's cached time), Date.now()
+    // on the wall clock: a timer can fire before Date.now() reaches the deadline it was
+    // set for. A wall clock running 300 ms behind makes that happen every time.
+    const wallClock = Date.now.bind(Date);
+    const clockBehind = vi.spyOn(Date, 'now').mockImplementation(() => wallClock() - 300);
+    const waiting = shortWaitClient();
+    try {
+      const next = await waiting.acceptNextSession(queue, { maxAutoLockRenewalDurationInMs: 0 });
+      expect(next.sessionId).toBe('s');
+      await next.close();
+    } finally {
+      clockBehind.mockRestore();
+      await waiting.close();
+      await holder.close().catch(() => {});
+    }
+  });
+
+  it('an AMQP session ended without detaching its links frees their sessions and drops their accept-next-session waits', async () => {
+    const queue = uniqueName('next-session-ended');
+    // A lock far longer than the wait: only the end of the AMQP session can free anything.
+    emulator.createQueue(queue, { RequiresSession: true, LockDuration: 'PT5M' });
+    await client.createSender(queue).sendMessages({ body: 'h1', sessionId: 'held' });
+    // An AMQP client that ends its session with two links still attached (the spec
+    // detaches them with it): one holds the session 'held', one waits for the next session.
+    const connection = await rawConnection();
+    const session = connection.create_session();
+    session.begin();
+    const bound = session.attach_receiver(sessionSource(queue, 'held'));
+    await new Promise((resolve) => bound.once('receiver_open', resolve));
+    session.attach_receiver(sessionSource(queue, null));
+    await waitUntil(() => emulator.inspect(queue).waitingForSession === 1, 'the raw accept to wait');
+    await new Promise<void>((resolve) => {
+      session.once('session_close', () => resolve());
+      session.close();
+    });
+    expect(emulator.inspect(queue).waitingForSession).toBe(0);
+    await client.createSender(queue).sendMessages({ body: 'l1', sessionId: 'late' });
+    const waiting = shortWaitClient();
+    try {
+      const first = await waiting.acceptNextSession(queue, { maxAutoLockRenewalDurationInMs: 0 });
+      const second = await waiting.acceptNextSession(queue, { maxAutoLockRenewalDurationInMs: 0 });
+      expect([first.sessionId, second.sessionId].sort()).toEqual(['held', 'late']);
+      await first.close();
+      await second.close();
+    } finally {
+      await waiting.close();
+      connection.close();
+    }
+  });
 });
+
+/** A client whose accept-next-session asks the emulator to wait about 5 s (not 60 s). */
+function shortWaitClient(): ServiceBusClient {
+  return new ServiceBusClient(emulator.connectionString, { retryOptions: { timeoutInMs: 5000 } });
+}
+
+/** A plain rhea connection to the emulator, for frames the SDK never sends. */
+async function rawConnection(): Promise<Connection> {
+  const connection = rhea
+    .create_container()
+    .connect({ host: '127.0.0.1', port: emulator.port, reconnect: false });
+  await new Promise((resolve) => connection.once('connection_open', resolve));
+  return connection;
+}
+
+/** Receiver options of a session link: `sessionId` null asks for the next free session. */
+function sessionSource(queue: string, sessionId: string | null): ReceiverOptions {
+  return {
+    source: { address: queue, filter: { 'com.microsoft:session-filter': sessionId } },
+    autoaccept: false,
+    credit_window: 0,
+  };
+}
 
 describe('topics', () => {
   it('subscriptions each get a copy; a correlation filter selects by application property', async () => {
