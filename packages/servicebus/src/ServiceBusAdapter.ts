@@ -259,7 +259,7 @@ export class ServiceBusAdapter implements BrokerAdapter {
     let failures = 0;
     while (!this.halt.signal.aborted) {
       if ((await runtime.whenReady()) <= 0) return;
-      let receiver: ServiceBusSessionReceiver;
+      let receiver: ServiceBusSessionReceiver | undefined;
       const options = {
         receiveMode: 'peekLock' as const,
         maxAutoLockRenewalDurationInMs: 0,
@@ -267,9 +267,12 @@ export class ServiceBusAdapter implements BrokerAdapter {
         abortSignal: this.halt.signal,
       };
       try {
-        receiver = queueName
-          ? await this.client.acceptNextSession(queueName, options)
-          : await this.client.acceptNextSession(topicName!, subscriptionName!, options);
+        receiver = await this.unlessHalted(
+          queueName
+            ? this.client.acceptNextSession(queueName, options)
+            : this.client.acceptNextSession(topicName!, subscriptionName!, options),
+        );
+        if (!receiver) return;
         failures = 0;
       } catch (error) {
         if (this.halt.signal.aborted) return;
@@ -301,6 +304,37 @@ export class ServiceBusAdapter implements BrokerAdapter {
         await receiver.close().catch(() => {});
       }
     }
+  }
+
+  /**
+   * The session an accept returns, or undefined as soon as stop() begins. An idle worker's
+   * accept-next-session is held open by the service for the client's whole wait (about
+   * 60 s), and the SDK's abortSignal does not cancel an attach already sent: stop() must
+   * not wait for it. A receiver that still arrives after the halt is closed at once, which
+   * gives its session back.
+   */
+  private unlessHalted(
+    accepting: Promise<ServiceBusSessionReceiver>,
+  ): Promise<ServiceBusSessionReceiver | undefined> {
+    const halt = this.halt.signal;
+    return new Promise((resolve, reject) => {
+      const onHalt = () => {
+        resolve(undefined);
+        accepting.then((late) => late.close()).catch(() => {});
+      };
+      if (halt.aborted) return onHalt();
+      halt.addEventListener('abort', onHalt, { once: true });
+      accepting.then(
+        (receiver) => {
+          halt.removeEventListener('abort', onHalt);
+          resolve(receiver);
+        },
+        (error: unknown) => {
+          halt.removeEventListener('abort', onHalt);
+          reject(error);
+        },
+      );
+    });
   }
 
   private accept(
