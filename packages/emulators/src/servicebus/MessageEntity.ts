@@ -179,6 +179,9 @@ export class MessageEntity {
 
   private activateScheduled(stored: StoredMessage): void {
     if (this.messages.get(stored.seq) !== stored || stored.state !== 'scheduled') return;
+    // This timer has fired: clear it, or makeAvailable takes it for the expiry timer and
+    // never arms one (the message would not expire until something touched it).
+    stored.timer = undefined;
     stored.state = 'active';
     stored.enqueuedAt = Date.now();
     this.makeAvailable(stored);

@@ -380,6 +380,22 @@ describe('settlement and locks', () => {
     await dlq.close();
   });
 
+  // Catches: a scheduled message keeping its fired activation timer as if it were the
+  // expiry timer, so its time to live never ran out until something touched it.
+  it('timeToLive: a scheduled message expires on its own once it is visible', async () => {
+    const queue = uniqueName('ttl-scheduled');
+    emulator.createQueue(queue, { DeadLetteringOnMessageExpiration: true });
+    await client
+      .createSender(queue)
+      .scheduleMessages({ body: 'late and stale', timeToLive: 300 }, new Date(Date.now() + 1500));
+    expect(emulator.inspect(queue).scheduled).toBe(1);
+    await waitUntil(
+      () => emulator.inspect(queue).deadLettered === 1,
+      'the expired scheduled message in the DLQ',
+    );
+    expect(emulator.inspect(queue).total).toBe(0);
+  });
+
   it('duplicate detection: a MessageId repeated inside the window is accepted and dropped', async () => {
     const queue = uniqueName('dedup');
     emulator.createQueue(queue, {
@@ -554,7 +570,10 @@ describe('topics', () => {
     const reds = await receiveAll(red, 1);
     expect(reds.map((m) => m.body)).toEqual(['r']);
     expect(await red.receiveMessages(1, { maxWaitTimeInMs: 200 })).toEqual([]);
-    await red.deadLetterMessage(reds[0]!, { deadLetterReason: 'test' });
+    await red.deadLetterMessage(reds[0]!, {
+      deadLetterReason: 'test',
+      deadLetterErrorDescription: 'by the test',
+    });
     const dlq = client.createReceiver('configured-topic', 'red', { subQueueType: 'deadLetter' });
     expect((await receiveAll(dlq, 1)).map((m) => m.deadLetterReason)).toEqual(['test']);
     await all.close();
