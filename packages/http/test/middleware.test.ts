@@ -93,7 +93,7 @@ describe.each(stores)('on %s', (storeKind) => {
       const missing = await post(server.url, { id: 'o-2', amount: 1 });
       expect(missing.status).toBe(400);
       expect(missing.headers.get('content-type')).toBe('application/problem+json');
-      expect((await missing.json()).title).toMatch(/missing/);
+      expect(((await missing.json()) as { title: string }).title).toMatch(/missing/);
       const empty = await post(server.url, { id: 'o-2', amount: 1 }, { 'idempotency-key': '""' });
       expect(empty.status).toBe(400);
       const tooLong = await post(
@@ -111,7 +111,7 @@ describe.each(stores)('on %s', (storeKind) => {
       const before = runs.count;
       const other = await post(server.url, { id: 'o-3', amount: 99 }, { 'idempotency-key': 'k-3' });
       expect(other.status).toBe(422);
-      expect((await other.json()).title).toBe('Idempotency-Key is already used');
+      expect(((await other.json()) as { title: string }).title).toBe('Idempotency-Key is already used');
       // Same payload with keys in another order is the same payload.
       const reordered = await fetch(`${server.url}/orders`, {
         method: 'POST',
@@ -142,7 +142,7 @@ describe.each(stores)('on %s', (storeKind) => {
       );
       expect([a.status, b.status]).toEqual([201, 201]);
       expect(b.headers.get('idempotent-replayed')).toBeNull();
-      expect((await b.json()).id).toBe('o-4b');
+      expect(((await b.json()) as { id: string }).id).toBe('o-4b');
       expect(runs.count - before).toBe(2);
     });
 

@@ -20,7 +20,6 @@ export interface SqsRecordLike {
     MessageGroupId?: string;
     MessageDeduplicationId?: string;
     SequenceNumber?: string;
-    [name: string]: string | undefined;
   };
   messageAttributes?: Record<string, { stringValue?: string | undefined; dataType?: string }>;
   eventSourceARN: string;

@@ -81,7 +81,9 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
 
   function consumerFor(
     queue: string,
-    options: Partial<RabbitMqConsumerOptions<Body>> & { broker?: Partial<RabbitMqBrokerOptions> } = {},
+    options: Omit<Partial<RabbitMqConsumerOptions<Body>>, 'broker'> & {
+      broker?: Partial<RabbitMqBrokerOptions>;
+    } = {},
   ) {
     const { broker, ...rest } = options;
     const consumer = createRabbitMqConsumer<Body>({

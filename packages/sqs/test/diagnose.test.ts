@@ -17,7 +17,7 @@ afterAll(async () => {
 function config(broker: Record<string, unknown>, extra: Partial<ConsumerConfig> = {}): ConsumerConfig {
   return {
     name: 'diag',
-    broker: { type: 'sqs', client: emulator.client, ...broker },
+    broker: { type: 'sqs', client: emulator.client, ...broker } as ConsumerConfig['broker'],
     store: {} as ConsumerConfig['store'],
     handler: async () => {},
     ...extra,

@@ -56,7 +56,7 @@ describe.skipIf(!hasPostgres || !endpoint)(
         queueUrl,
         ids.map((id) => ({ id, body: JSON.stringify({ id }), group: 'g', dedup: id })),
       );
-      const seen: Array<{ id: string; attempt: number }> = [];
+      const seen: Array<{ id: string; attempt: number | undefined }> = [];
       let failures = 0;
       const consumer = createSqsConsumer({
         name: 'follow',
