@@ -3,7 +3,7 @@
 // over loopback): raw @azure/service-bus receive+complete loops against the Oncely
 // Service Bus consumer, with the real PostgreSQL store.
 //
-//   node bench/servicebus/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 32]
+//   node bench/servicebus/run.mjs [--messages 2000] [--concurrency 16] [--rounds 3] [--batch 32] [--nagle 0|1]
 //
 // Variants (each round drains a freshly filled queue of its own, in rotated order):
 //   raw          receiveMessages (at most the free slots of `concurrency`, peek-lock, the
@@ -21,6 +21,8 @@
 //                 2 × --batch messages in flight: a batch only fills from messages in
 //                 flight, so two batches alternate, one filling while the other commits.
 // The emulator runs in this process, so its CPU is on the same event loop for every variant.
+// The client's socket runs without Nagle's algorithm, as the emulator's does (see
+// withoutNagle); `--nagle 1` keeps the SDK's default to show what that costs.
 import { ServiceBusClient } from '@azure/service-bus';
 import { silentLogger } from '@oncely/core';
 import { startServiceBusEmulator } from '@oncely/emulators/servicebus';
@@ -49,7 +51,7 @@ import {
 } from '../lib/pg.mjs';
 import { formatRatio } from '../lib/stats.mjs';
 
-const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 32 });
+const args = flags({ messages: 2000, concurrency: 16, rounds: 3, batch: 32, nagle: 0 });
 const N = Number(args.messages);
 const CONCURRENCY = Number(args.concurrency);
 const ROUNDS = Number(args.rounds);
@@ -69,6 +71,24 @@ let emulator;
 let client;
 let queueCount = 0;
 
+/**
+ * Turns Nagle's algorithm off on the client's AMQP socket. The SDK leaves it on: rhea
+ * turns it off when a receiver is attached through the connection, and the SDK attaches
+ * through sessions. Over loopback every small request frame (a CBS token, a link attach,
+ * a `$management` request) then waits for the emulator's delayed ACK, about 40 ms, so
+ * opening a link takes 50-100 ms instead of a few. Every variant opens its receiver
+ * inside its clock, the Oncely consumer also its `$management` link (its start peeks to
+ * check the entity): about 150 ms against the raw loop's 50, in rounds of a few hundred
+ * ms. Called once the connection is open (after a send), so every variant runs with it.
+ */
+function withoutNagle() {
+  if (args.nagle === '1') return;
+  const socket = client._connectionContext?.connection?._connection?.socket;
+  if (typeof socket?.setNoDelay !== 'function')
+    throw new Error('the ServiceBusClient has no open socket to configure');
+  socket.setNoDelay(true);
+}
+
 /** A new queue holding `count` messages with a MessageId and a JSON body. */
 async function filledQueue(variant, count) {
   const name = `bench-${variant.replace(/\W+/g, '-')}-${tag}-${queueCount++}`;
@@ -85,6 +105,7 @@ async function filledQueue(variant, count) {
   }
   if (batch.count > 0) await sender.sendMessages(batch);
   await sender.close();
+  withoutNagle();
   return name;
 }
 
@@ -200,6 +221,7 @@ async function main() {
       rounds: ROUNDS,
       batch: BATCH,
       batchConcurrency: BATCH_CONCURRENCY,
+      nagle: args.nagle === '1',
     });
     result.attemptsRows = await countAttempts(schema);
     result.vsRawMarker = Object.fromEntries(
@@ -211,7 +233,7 @@ async function main() {
     await dropSchema(schema);
   }
   printBrokerTable(
-    `Scenario 3 — Service Bus on the @oncely/emulators emulator (in process), ${N} messages, concurrency ${CONCURRENCY}, batch size ${BATCH} (medians of ${ROUNDS} rounds)`,
+    `Scenario 3 — Service Bus on the @oncely/emulators emulator (in process), ${N} messages, concurrency ${CONCURRENCY}, batch size ${BATCH}, Nagle ${args.nagle === '1' ? 'on' : 'off'} (medians of ${ROUNDS} rounds)`,
     result,
   );
   console.log('raw+marker/variant (the marker transaction written by hand):');
