@@ -916,6 +916,7 @@ export class ServiceBusEmulator {
   private onDraining(link: any): void {
     const role = this.roles.get(link);
     if (role?.kind === 'outbound') this.pump(role.outbound.entity);
+    echoDrain(link);
     link.set_drained(true);
   }
 
@@ -1466,4 +1467,23 @@ function sessionLockLost(sessionId: string): ManagementError {
 
 function statusText(status: number): string {
   return status === 204 ? 'No Content' : status === 202 ? 'Accepted' : 'OK';
+}
+
+/**
+ * Makes the flow frame that answers this drain carry drain = true, with any credit left
+ * consumed. AMQP 1.0 (2.6.7) wants the drain echoed whatever the credit; rhea's sender
+ * sets it only while credit is left (`Sender._get_drain`), so a drain arriving after the
+ * messages used every credit went unanswered: the SDK waits 200 ms for the echo, then
+ * closes the link and strands the settlements of what it received on it. The answer
+ * clears `_draining`, so only that one flow carries the flag; the client's next drain sets
+ * it again.
+ */
+function echoDrain(link: any): void {
+  link._get_drain = function getDrain(this: any): boolean {
+    if (!(this._draining && this._drained)) return false;
+    this.delivery_count += this.credit;
+    this.credit = 0;
+    this._draining = false;
+    return true;
+  };
 }

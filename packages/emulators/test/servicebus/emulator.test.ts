@@ -534,6 +534,46 @@ describe('sessions', () => {
   });
 });
 
+describe('link flow control', () => {
+  // Catches: a drain that arrives after the credit was used up left unanswered. rhea's
+  // sender sets drain on its reply only while credit is left; AMQP 1.0 (2.6.7) wants the
+  // drain echoed whatever the credit. The SDK drains whenever a receive's wait ends first
+  // (a busy event loop, its messages already on the wire), waits 200 ms for the echo, then
+  // closes the link, stranding the settlements of what it received on it.
+  it('answers a drain with drain set even when every credit was already used', async () => {
+    const queue = uniqueName('drain');
+    emulator.createQueue(queue);
+    await client.createSender(queue).sendMessages([1, 2, 3].map((n) => ({ body: n })));
+    const connection = await rawConnection();
+    try {
+      const receiver = connection.open_receiver({
+        source: { address: queue },
+        autoaccept: false,
+        credit_window: 0,
+      });
+      await new Promise((resolve) => receiver.once('receiver_open', resolve));
+      let received = 0;
+      const all = new Promise<void>((resolve) =>
+        receiver.on('message', () => {
+          if (++received === 3) resolve();
+        }),
+      );
+      receiver.add_credit(3);
+      await all;
+      // The credit is used up: the drain must still be echoed, with nothing left to send.
+      const drained = new Promise<number>((resolve) =>
+        receiver.once('receiver_drained', () => resolve(receiver.credit)),
+      );
+      receiver.drain_credit();
+      // Unanswered, this waits out the test's timeout.
+      expect(await drained).toBe(0);
+      expect(received).toBe(3);
+    } finally {
+      connection.close();
+    }
+  }, 10_000);
+});
+
 /** A client whose accept-next-session asks the emulator to wait about 5 s (not 60 s). */
 function shortWaitClient(): ServiceBusClient {
   return new ServiceBusClient(emulator.connectionString, { retryOptions: { timeoutInMs: 5000 } });
