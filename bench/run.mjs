@@ -1125,7 +1125,7 @@ function details(results, out) {
     for (const name of brokers) {
       const r = results[name];
       out.push(
-        `**${r.broker}**: ${r.settings.messages} messages per variant per round, concurrency ${r.settings.concurrency}, ${r.settings.rounds} rounds; Oncely batch size ${r.settings.batch}${r.settings.batchConcurrency ? ` with ${r.settings.batchConcurrency} messages in flight and batchHandler (one INSERT per batch)` : ''}. Every database variant writes one business row per message.`,
+        `**${r.broker}**: ${r.settings.messages} messages per variant per round, concurrency ${r.settings.concurrency}, ${r.settings.rounds} rounds; Oncely batch size ${r.settings.batch}${r.settings.batchConcurrency ? ` with ${r.settings.batchConcurrency} messages in flight and batchHandler (one INSERT per batch)` : ''}. Every database variant writes one business row per message.${r.settings.nagle === false ? " The client's AMQP socket runs without Nagle's algorithm, as the emulator's does (the SDK leaves it on, so on loopback each link set-up and management request would wait ~40 ms for a delayed ACK, counted in each variant's clock)." : ''}`,
         '',
       );
       out.push(
