@@ -868,16 +868,20 @@ const SCENARIOS: Scenario[] = [
       if (!run.setup.disconnect)
         throw new HarnessIncompleteError('setup.disconnect', 'feature serverSideDisconnect is declared');
       const published = ids('disconnect', 100);
+      const freeRuns = 24;
+      let runs = 0;
       let cut = false;
       await run.startConsumer({
         label: 'a',
         concurrency: 4,
         handler: async (message, ctx) => {
-          // The second half waits for the cut, so the stream crosses it: a consumer faster
-          // than this test (or a test slowed by load) would otherwise have taken every
-          // message before the cut, and a receive loop that dies there would go unseen.
-          // Bounded, in case a broker hands out the second half first.
-          if ((message.body as { n: number }).n >= 50 && !cut) {
+          // Runs after the first `freeRuns` wait for the cut, so the stream crosses it: a
+          // consumer faster than this test (or a test slowed by load) would otherwise have
+          // taken every message before the cut, and a receive loop that dies there would go
+          // unseen. Counted by runs, not by message: a broker that hands out later messages
+          // first (Kafka's partitions, whose next fetch waits for a held record) must still
+          // reach the 20 processed the cut waits for. Bounded, in case of a redelivery storm.
+          if (++runs > freeRuns && !cut) {
             await waitFor(() => cut || undefined, { timeoutMs: t(20_000), intervalMs: 20 }).catch(() => {});
           }
           await run.insertEffect(ctx, message, 'a');
