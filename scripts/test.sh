@@ -7,6 +7,8 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export RABBITMQ_URL="${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672}"
 npm run build --silent
 npx biome check .
+# Types of the tests too: vitest strips types without checking them.
+npx turbo run typecheck --output-logs=errors-only
 npx vitest run "$@"
 # The serial group, after every project and one at a time (a full run only):
 if [ "$#" -eq 0 ]; then

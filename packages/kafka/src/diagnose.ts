@@ -1,9 +1,6 @@
 import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
-import kafkajs, { type Kafka as KafkaClient } from 'kafkajs';
-import { buildKafkaClient } from './client.js';
+import { toolClient } from './client.js';
 import { resolveKafkaConfig } from './config.js';
-
-const { logLevel } = kafkajs;
 
 /**
  * Checks a Kafka consumer's setup against the cluster for `oncely doctor`: the config,
@@ -63,16 +60,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     });
   }
 
-  // Your own client when you gave one (its brokers, TLS and SASL are the ones the consumer
-  // uses; `brokers` may then be absent), else one built from the options.
-  const kafka =
-    (resolved.kafka as KafkaClient | undefined) ??
-    buildKafkaClient(resolved, {
-      clientId: `${resolved.clientId}-doctor`,
-      logLevel: logLevel.NOTHING,
-      retry: { retries: 1 },
-    });
-  const admin = kafka.admin();
+  const admin = toolClient(resolved, 'doctor').admin();
   try {
     await admin.connect();
     const cluster = await admin.describeCluster();

@@ -6,13 +6,11 @@ import {
   OncelyError,
   resolveMessageId,
 } from '@oncely/core';
-import kafkajs, { type Admin, type Consumer, type Kafka as KafkaClient, type KafkaMessage } from 'kafkajs';
-import { buildKafkaClient, defaultMessageId } from './client.js';
+import type { Admin, Consumer, KafkaMessage } from 'kafkajs';
+import { defaultMessageId, toolClient } from './client.js';
 import { resolveKafkaConfig } from './config.js';
 import { DEAD_LETTER_HEADERS } from './deadLetter.js';
 import { headersToAttributes, toEnvelope } from './envelope.js';
-
-const { logLevel } = kafkajs;
 
 /** Most dead letters read per call: reading is cheap, but a huge topic is not scanned whole. */
 const MAX_SCANNED = 100_000;
@@ -41,13 +39,7 @@ export async function findDeadLetters(
 ): Promise<DeadLetterCopy[]> {
   const resolved = resolveKafkaConfig(config.broker, config.name);
   const { deadLetterTopic } = resolved;
-  const kafka =
-    (resolved.kafka as KafkaClient | undefined) ??
-    buildKafkaClient(resolved, {
-      clientId: `${resolved.clientId}-inspect`,
-      logLevel: logLevel.NOTHING,
-      retry: { retries: 1 },
-    });
+  const kafka = toolClient(resolved, 'inspect');
   const strategy: IdStrategy = config.idStrategy ?? ((envelope) => defaultMessageId(envelope, config.mode));
   const admin = kafka.admin();
   await admin.connect();

@@ -1,10 +1,10 @@
 import { processBatchOnce, processOnce } from '@oncely/core';
 import pg from 'pg';
-import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { inlineLiterals } from '../src/drivers/inlineLiterals.js';
 import type { PgPoolLike } from '../src/index.js';
 import { PostgresStore } from '../src/index.js';
-import { admin, connectionString, dropSchema, hasPostgres, uniqueSchema } from './serverEnv.js';
+import { admin, cleanupAfterFile, connectionString, hasPostgres, uniqueSchema } from './serverEnv.js';
 
 /**
  * The single-message claim travels in BEGIN's simple-protocol message with its
@@ -56,21 +56,7 @@ describe('inlineLiterals', () => {
   });
 });
 
-let failed = false;
-const schemas: string[] = [];
-const pools: pg.Pool[] = [];
-
-beforeEach(({ onTestFailed }) => {
-  onTestFailed(() => {
-    failed = true;
-  });
-});
-
-afterAll(async () => {
-  for (const pool of pools) await pool.end().catch(() => {});
-  if (!failed) for (const schema of schemas) await dropSchema(schema);
-  await admin.end();
-});
+const { schemas, pools } = cleanupAfterFile();
 
 /** A store on a caller pool whose statements are recorded, with an effects table beside it. */
 async function recordedStore(sessionOptions?: string) {

@@ -29,14 +29,16 @@ export async function dropSchema(schema: string): Promise<void> {
 }
 
 /**
- * What a test file opens on the server: push each schema and store here. After the file
- * the stores are closed, the schemas dropped (kept, to look at, when a test failed) and
- * the admin pool ended. Registers its own hooks, so call it once at the file's top level.
+ * What a test file opens on the server: push each schema, store and pool here. After the
+ * file the stores are closed, the pools ended, the schemas dropped (kept, to look at, when
+ * a test failed) and the admin pool ended. Registers its own hooks, so call it once at the
+ * file's top level.
  */
-export function cleanupAfterFile(): { schemas: string[]; stores: PostgresStore[] } {
+export function cleanupAfterFile(): { schemas: string[]; stores: PostgresStore[]; pools: pg.Pool[] } {
   let failed = false;
   const schemas: string[] = [];
   const stores: PostgresStore[] = [];
+  const pools: pg.Pool[] = [];
   beforeEach(({ onTestFailed }) => {
     onTestFailed(() => {
       failed = true;
@@ -44,8 +46,9 @@ export function cleanupAfterFile(): { schemas: string[]; stores: PostgresStore[]
   });
   afterAll(async () => {
     for (const store of stores) await store.close().catch(() => {});
+    for (const pool of pools) await pool.end().catch(() => {});
     if (!failed) for (const schema of schemas) await dropSchema(schema);
     await admin.end();
   });
-  return { schemas, stores };
+  return { schemas, stores, pools };
 }
