@@ -309,13 +309,37 @@ export async function runChaos(input) {
 
     let finished = false;
     let faultBusy = false;
+    /**
+     * A crash point is armed and waits for a delivery. The backlog flush below still runs
+     * meanwhile: with every consumer's prefetch window full of messages whose acks were
+     * dropped (RabbitMQ), no delivery comes until it runs, and the crash point was missed.
+     */
+    let awaitingCrashPoint = false;
     let faultsDone = false;
     const pickLive = () => {
       const live = pool.live();
       return live.length === 0 ? undefined : live[Math.floor(rng() * live.length)];
     };
-    /** @param {string} kind */
-    const perform = async (kind) => {
+    /**
+     * Crash points a kill missed (no armed consumer reached one in time, so it became a
+     * random kill). A later kill takes the missed kind before its own: the test asserts
+     * each kind happened, and one unlucky moment (every consumer reconnecting) must not
+     * leave a kind untested.
+     * @type {string[]}
+     */
+    const missedCrashPoints = [];
+    /** @param {string} scheduled */
+    const perform = async (scheduled) => {
+      const crashPointDone = (/** @type {string} */ k) =>
+        k === 'before-commit'
+          ? killsBy.beforeCommit > 0
+          : k === 'after-commit'
+            ? killsBy.afterCommit > 0
+            : false;
+      const free = scheduled === 'random' || crashPointDone(scheduled);
+      const kind = free ? (missedCrashPoints.shift() ?? scheduled) : scheduled;
+      if (kind !== scheduled)
+        note(`this kill, scheduled as ${scheduled}, tries the missed ${kind} crash point again`);
       if (kind === 'random') {
         const worker = pickLive();
         if (!worker) return;
@@ -326,6 +350,7 @@ export async function runChaos(input) {
         // Arm one consumer; if it gets no work there in time (a Kafka member without
         // partitions, a consumer reconnecting), say so and try up to two others.
         const tried = new Set();
+        awaitingCrashPoint = true;
         for (let attempt = 0; attempt < 3; attempt++) {
           const candidates = pool.live().filter((w) => !tried.has(w));
           const worker = candidates[Math.floor(rng() * candidates.length)];
@@ -340,6 +365,7 @@ export async function runChaos(input) {
           const messageId = await reached;
           crashWaiters.delete(worker);
           if (messageId !== undefined) {
+            awaitingCrashPoint = false;
             await pool.killAndRestart(worker.slot, RESTART_DELAY_MS);
             if (kind === 'before-commit') killsBy.beforeCommit++;
             else killsBy.afterCommit++;
@@ -352,6 +378,8 @@ export async function runChaos(input) {
               `(it received ${(receivedBy.get(worker) ?? 0) - receivedBefore} deliveries meanwhile)`,
           );
         }
+        awaitingCrashPoint = false;
+        if (!crashPointDone(kind) && !missedCrashPoints.includes(kind)) missedCrashPoints.push(kind);
         const worker = pickLive();
         if (!worker) return;
         await pool.killAndRestart(worker.slot, RESTART_DELAY_MS);
@@ -386,6 +414,7 @@ export async function runChaos(input) {
           note(`fault '${step.kind}' failed: ${error instanceof Error ? error.message : error}`);
         } finally {
           faultBusy = false;
+          awaitingCrashPoint = false;
         }
       }
       faultsDone = true;
@@ -427,7 +456,7 @@ export async function runChaos(input) {
         lastReceived = received;
         lastActivity = Date.now();
       }
-      if (faultBusy) {
+      if (faultBusy && !awaitingCrashPoint) {
         zeroes = 0;
         continue;
       }
@@ -435,7 +464,7 @@ export async function runChaos(input) {
       // Faults still due wait for progress that a broken consumer may never make: once
       // nothing has been delivered for a while, the run is over anyway.
       const settledDown = faultsDone || Date.now() - lastActivity > FLUSH_AFTER_MS;
-      if (backlog === 0 && settledDown && pool.live().length === options.consumers) {
+      if (!faultBusy && backlog === 0 && settledDown && pool.live().length === options.consumers) {
         // Twice in a row, a second apart: nothing in flight either time.
         if (++zeroes >= 2) {
           drained = true;

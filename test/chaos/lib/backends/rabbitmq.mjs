@@ -160,6 +160,9 @@ async function closeConnectionsServerSide(prefix) {
     'Pids = [P || Info <- rabbit_networking:connection_info_all([pid, client_properties]), ' +
     '{pid, P} <- [lists:keyfind(pid, 1, Info)], ' +
     '{client_properties, CP} <- [lists:keyfind(client_properties, 1, Info)], ' +
+    // A connection still in its handshake has no client properties yet (`none`):
+    // keyfind on it raised badarg and failed the whole drop.
+    'is_list(CP), ' +
     '{<<"connection_name">>, longstr, Name} <- [lists:keyfind(<<"connection_name">>, 1, CP)], ' +
     'byte_size(Name) >= L, binary:part(Name, 0, L) =:= Prefix], ' +
     '[rabbit_networking:close_connection(P, "oncely chaos: broker connection drop") || P <- Pids], length(Pids).';
