@@ -2,7 +2,7 @@
 // processed-ID claim, the advisory attempt counter, commits after each batch) against
 // raw kafkajs eachBatch loops in the same process, on the same broker and database:
 //
-//   raw            eachBatch, resolveOffset per record, commit per batch, no database
+//   raw            eachBatch, parse the body, resolveOffset per record, commit per batch, no database
 //   raw+tx         the same plus one bare INSERT transaction per record (the effect alone)
 //   raw+marker     the same with the marker transaction written by hand (claim + effect)
 //   oncely         createKafkaConsumer, mode 'transactional' (ID table)
@@ -128,19 +128,31 @@ async function fillTopic(name) {
   return topic;
 }
 
+/**
+ * The clock of one run, from its first record to its last, and this process's CPU over
+ * the same window (user + system; the broker and PostgreSQL run in processes of their own).
+ */
 function timer() {
   let first;
+  let cpuAtFirst;
   let count = 0;
   let resolveDone;
   const done = new Promise((resolve) => (resolveDone = resolve));
   return {
     tick() {
-      first ??= performance.now();
-      if (++count === N) resolveDone(performance.now());
+      if (first === undefined) {
+        first = performance.now();
+        cpuAtFirst = process.cpuUsage();
+      }
+      if (++count === N) {
+        const cpu = process.cpuUsage(cpuAtFirst);
+        resolveDone({ end: performance.now(), cpuUs: cpu.user + cpu.system });
+      }
     },
+    /** { ms, cpuUsPerRecord } */
     async elapsed() {
-      const end = await done;
-      return end - first;
+      const { end, cpuUs } = await done;
+      return { ms: end - first, cpuUsPerRecord: cpuUs / N };
     },
   };
 }
@@ -158,6 +170,8 @@ async function rawLoop(name, transaction) {
     partitionsConsumedConcurrently: CONCURRENCY,
     eachBatch: async ({ batch, resolveOffset, heartbeat }) => {
       for (const message of batch.messages) {
+        // Every raw loop decodes the body, as any consumer does (and the other brokers' raw loops do).
+        JSON.parse(message.value.toString('utf8'));
         if (transaction) {
           const id = message.headers['message-id'].toString();
           const client = await pool.connect();
@@ -187,9 +201,9 @@ async function rawLoop(name, transaction) {
       ]);
     },
   });
-  const ms = await clock.elapsed();
+  const measured = await clock.elapsed();
   await consumer.disconnect();
-  return ms;
+  return measured;
 }
 
 /** `batch`: the batch size, or undefined for one transaction per record. */
@@ -238,10 +252,10 @@ async function oncely(name, mode, batch) {
   });
   consumer.on('processed', () => clock.tick());
   await consumer.start();
-  const ms = await clock.elapsed();
+  const measured = await clock.elapsed();
   await consumer.stop();
   await store.close();
-  return ms;
+  return measured;
 }
 
 const runs = {
@@ -256,20 +270,31 @@ const unknown = RUNS.filter((label) => !(label in runs));
 if (unknown.length > 0) throw new Error(`unknown runs: ${unknown.join(', ')}`);
 /** Per run: the elapsed ms of each round (rounds interleave the runs, so drift hits all alike). */
 const rounds = new Map(RUNS.map((label) => [label, []]));
+/** Per run: this process's CPU per record in each round (µs, user + system). */
+const cpuRounds = new Map(RUNS.map((label) => [label, []]));
 const results = [];
 let attemptsRows;
 let attemptsWritten;
 try {
   for (let round = 0; round < ROUNDS; round++) {
     for (const label of RUNS) {
-      const ms = await runs[label](round);
+      const { ms, cpuUsPerRecord } = await runs[label](round);
       rounds.get(label).push(ms);
-      console.error(`round ${round + 1}, ${label}: ${N} records in ${ms.toFixed(0)} ms`);
+      cpuRounds.get(label).push(cpuUsPerRecord);
+      console.error(
+        `round ${round + 1}, ${label}: ${N} records in ${ms.toFixed(0)} ms, Node CPU ${cpuUsPerRecord.toFixed(0)} µs/record`,
+      );
     }
   }
   for (const [label, times] of rounds) {
     const ms = median(times);
-    results.push({ label, ms, perSecond: Math.round((N / ms) * 1000), rounds: times.map(Math.round) });
+    results.push({
+      label,
+      ms,
+      perSecond: Math.round((N / ms) * 1000),
+      rounds: times.map(Math.round),
+      cpuUsPerRecord: Math.round(median(cpuRounds.get(label))),
+    });
   }
   // The happy path leaves no attempts row (issue 15 measures it). Rows written count
   // apart: the first record of a partition after each assignment is counted up front (it
