@@ -132,8 +132,7 @@ describe('exactly-once delivery (the exactly-once sample)', () => {
     // What the service does, and why the Node client's lease manager fails the valid ack
     // IDs of such a batch too: an ack ID without an ErrorInfo entry takes the RPC's code,
     // INVALID_ARGUMENT, which the client files as OTHER (message-queues.js
-    // handleAckFailures; googleapis/nodejs-pubsub#1547). The Java client reads the same
-    // answer as "the rest succeeded", which is what the service applied.
+    // handleAckFailures; googleapis/nodejs-pubsub#1547), though the service applied them.
     const { topic, subscription } = await exactlyOnceSubscription();
     const client = subscriberClientFor(emulator);
     await topic.publishMessage({ data: Buffer.from('x') });
