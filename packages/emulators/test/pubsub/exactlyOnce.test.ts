@@ -42,6 +42,22 @@ async function exactlyOnceSubscription(
   return { topic, subscription };
 }
 
+/**
+ * One message pulled twice through the unary client, its lease expired in between: the
+ * first pull's ack ID is stale, the second's is the valid one.
+ */
+async function supersededAckId() {
+  const { topic, subscription } = await exactlyOnceSubscription();
+  const client = subscriberClientFor(emulator);
+  await topic.publishMessage({ data: Buffer.from('x') });
+  const [first] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
+  const staleId = first.receivedMessages![0]!.ackId!;
+  emulator.expireLeases(subscription.name);
+  const [second] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
+  const latestId = second.receivedMessages![0]!.ackId!;
+  return { subscription, client, staleId, latestId };
+}
+
 describe('exactly-once delivery (the exactly-once sample)', () => {
   it('tells the client through subscription_properties; ackWithResponse succeeds; no redelivery', async () => {
     const { topic, subscription } = await exactlyOnceSubscription();
@@ -92,14 +108,7 @@ describe('exactly-once delivery (the exactly-once sample)', () => {
   });
 
   it('sends PERMANENT_FAILURE_INVALID_ACK_ID in ErrorInfo for stale and expired ack IDs (unary)', async () => {
-    const { topic, subscription } = await exactlyOnceSubscription();
-    const client = subscriberClientFor(emulator);
-    await topic.publishMessage({ data: Buffer.from('x') });
-    const [first] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
-    const staleId = first.receivedMessages![0]!.ackId!;
-    emulator.expireLeases(subscription.name);
-    const [second] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
-    const latestId = second.receivedMessages![0]!.ackId!;
+    const { subscription, client, staleId, latestId } = await supersededAckId();
     const failure = (await client
       .acknowledge({ subscription: subscription.name, ackIds: [staleId] })
       .catch((e: unknown) => e)) as {
@@ -133,14 +142,7 @@ describe('exactly-once delivery (the exactly-once sample)', () => {
     // IDs of such a batch too: an ack ID without an ErrorInfo entry takes the RPC's code,
     // INVALID_ARGUMENT, which the client files as OTHER (message-queues.js
     // handleAckFailures; googleapis/nodejs-pubsub#1547), though the service applied them.
-    const { topic, subscription } = await exactlyOnceSubscription();
-    const client = subscriberClientFor(emulator);
-    await topic.publishMessage({ data: Buffer.from('x') });
-    const [first] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
-    const staleId = first.receivedMessages![0]!.ackId!;
-    emulator.expireLeases(subscription.name);
-    const [second] = await client.pull({ subscription: subscription.name, maxMessages: 1 });
-    const latestId = second.receivedMessages![0]!.ackId!;
+    const { subscription, client, staleId, latestId } = await supersededAckId();
     const failure = (await client
       .modifyAckDeadline({
         subscription: subscription.name,
