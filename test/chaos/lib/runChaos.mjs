@@ -310,7 +310,7 @@ export async function runChaos(input) {
     let finished = false;
     let faultBusy = false;
     /**
-     * A crash point is armed and waits for a delivery. The backlog flush below still runs
+     * An armed crash point is waiting for a delivery. The backlog flush below still runs
      * meanwhile: with every consumer's prefetch window full of messages whose acks were
      * dropped (RabbitMQ), no delivery comes until it runs, and the crash point was missed.
      */
@@ -328,14 +328,14 @@ export async function runChaos(input) {
      * @type {string[]}
      */
     const missedCrashPoints = [];
+    const crashPointDone = (/** @type {string} */ k) =>
+      k === 'before-commit'
+        ? killsBy.beforeCommit > 0
+        : k === 'after-commit'
+          ? killsBy.afterCommit > 0
+          : false;
     /** @param {string} scheduled */
     const perform = async (scheduled) => {
-      const crashPointDone = (/** @type {string} */ k) =>
-        k === 'before-commit'
-          ? killsBy.beforeCommit > 0
-          : k === 'after-commit'
-            ? killsBy.afterCommit > 0
-            : false;
       const free = scheduled === 'random' || crashPointDone(scheduled);
       const kind = free ? (missedCrashPoints.shift() ?? scheduled) : scheduled;
       if (kind !== scheduled)
@@ -350,7 +350,6 @@ export async function runChaos(input) {
         // Arm one consumer; if it gets no work there in time (a Kafka member without
         // partitions, a consumer reconnecting), say so and try up to two others.
         const tried = new Set();
-        awaitingCrashPoint = true;
         for (let attempt = 0; attempt < 3; attempt++) {
           const candidates = pool.live().filter((w) => !tried.has(w));
           const worker = candidates[Math.floor(rng() * candidates.length)];
@@ -362,10 +361,11 @@ export async function runChaos(input) {
           });
           const receivedBefore = receivedBy.get(worker) ?? 0;
           worker.arm(kind);
+          awaitingCrashPoint = true;
           const messageId = await reached;
+          awaitingCrashPoint = false;
           crashWaiters.delete(worker);
           if (messageId !== undefined) {
-            awaitingCrashPoint = false;
             await pool.killAndRestart(worker.slot, RESTART_DELAY_MS);
             if (kind === 'before-commit') killsBy.beforeCommit++;
             else killsBy.afterCommit++;
@@ -378,7 +378,6 @@ export async function runChaos(input) {
               `(it received ${(receivedBy.get(worker) ?? 0) - receivedBefore} deliveries meanwhile)`,
           );
         }
-        awaitingCrashPoint = false;
         if (!crashPointDone(kind) && !missedCrashPoints.includes(kind)) missedCrashPoints.push(kind);
         const worker = pickLive();
         if (!worker) return;
@@ -414,7 +413,6 @@ export async function runChaos(input) {
           note(`fault '${step.kind}' failed: ${error instanceof Error ? error.message : error}`);
         } finally {
           faultBusy = false;
-          awaitingCrashPoint = false;
         }
       }
       faultsDone = true;
