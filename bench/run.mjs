@@ -368,6 +368,14 @@ function render(info, started, results) {
 const PRUNE_P99_BOUND_MS = 50;
 
 /**
+ * Kafka: run `label`'s rate ÷ run `base`'s, the median of the per-round ratios that
+ * bench/kafka reports (its runs interleave round by round).
+ */
+function kafkaRatio(k, label, base) {
+  return k.results.find((r) => r.label === label).vs[base];
+}
+
+/**
  * Issue 15's adapter targets against the raw loop with the marker transaction by hand
  * (`ratio` = baseline rate ÷ variant rate): per message ≥ 0.9× its rate, with batch ≥ 3×.
  */
@@ -377,20 +385,6 @@ const PRUNE_P99_BOUND_MS = 50;
  * applies only where the broker is not the bottleneck (issue 15), so a ceiling under 3×
  * makes it not applicable.
  */
-/**
- * Kafka: the candidate's rate ÷ the baseline's, as the median over rounds of each round's
- * ratio (bench/kafka interleaves its runs round by round); a single round's rates otherwise.
- */
-function kafkaRatio(k, label, base) {
-  const of = (l) => k.results.find((r) => r.label === l);
-  const mine = of(label);
-  const theirs = of(base);
-  if (mine?.rounds?.length > 0 && mine.rounds.length === theirs?.rounds?.length) {
-    return median(mine.rounds.map((ms, i) => theirs.rounds[i] / ms));
-  }
-  return mine.perSecond / theirs.perSecond;
-}
-
 function markerTarget(variant, ratio, ceiling) {
   // The recommended configuration carries the target; this variant shows the cost of leaving it.
   if (variant === 'oncely no policy') return '— (context)';
@@ -708,6 +702,7 @@ function summaryRows(results, out) {
     const by = Object.fromEntries(k.results.map((r) => [r.label, r.perSecond]));
     for (const label of k.results.map((r) => r.label).filter((l) => l.startsWith('oncely'))) {
       for (const base of ['raw', 'raw+tx', 'raw+marker'].filter((b) => by[b] !== undefined)) {
+        const ratio = kafkaRatio(k, label, base);
         const baseName = {
           raw: 'raw kafkajs eachBatch (no database)',
           'raw+tx': 'raw kafkajs + bare transaction',
@@ -718,14 +713,9 @@ function summaryRows(results, out) {
             `3 Kafka ${k.version ?? ''}, ${k.partitions} partitions, c=${k.concurrency}`,
             label,
             baseName,
-            kafkaRatio(k, label, base) <= 1
-              ? slower(1 / kafkaRatio(k, label, base))
-              : faster(kafkaRatio(k, label, base)),
+            ratio <= 1 ? slower(1 / ratio) : faster(ratio),
             base === 'raw+marker'
-              ? markerTarget(
-                  label === 'oncely-batch' ? 'oncely batch' : 'oncely',
-                  1 / kafkaRatio(k, label, base),
-                )
+              ? markerTarget(label === 'oncely-batch' ? 'oncely batch' : 'oncely', 1 / ratio)
               : '—',
             rate(by[label]),
             rate(by[base]),

@@ -294,6 +294,12 @@ try {
       perSecond: Math.round((N / ms) * 1000),
       rounds: times.map(Math.round),
       cpuUsPerRecord: Math.round(median(cpuRounds.get(label))),
+      // This run's rate ÷ each baseline's that ran (bench/run.mjs reads these).
+      vs: Object.fromEntries(
+        ['raw', 'raw+tx', 'raw+marker']
+          .map((base) => [base, ratio(label, base)])
+          .filter(([, value]) => value !== undefined),
+      ),
     });
   }
   // The happy path leaves no attempts row (issue 15 measures it). Rows written count
@@ -324,13 +330,18 @@ function median(values) {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
-/** Ratio of run `label` against `base`: the median over rounds of the per-round ratio. */
+/**
+ * Run `label`'s rate ÷ run `base`'s: the median over rounds of each round's ratio (rounds
+ * interleave the runs). Undefined when either did not run.
+ */
 function ratio(label, base) {
   const mine = rounds.get(label);
   const theirs = rounds.get(base);
-  if (!mine || !theirs) return '—';
-  return `${median(mine.map((ms, i) => theirs[i] / ms)).toFixed(2)}×`;
+  if (!mine || !theirs) return undefined;
+  return median(mine.map((ms, i) => theirs[i] / ms));
 }
+
+const formatted = (value) => (value === undefined ? '—' : `${value.toFixed(2)}×`);
 
 console.log(
   `\nKafka, ${N} records, ${PARTITIONS} partitions, concurrency ${CONCURRENCY}, ${ROUNDS} round(s) (median)`,
@@ -338,7 +349,7 @@ console.log(
 console.log('run              records/s   vs raw+tx   vs raw+marker');
 for (const r of results) {
   console.log(
-    `${r.label.padEnd(16)} ${String(r.perSecond).padStart(9)}   ${ratio(r.label, 'raw+tx').padStart(8)}   ${ratio(r.label, 'raw+marker').padStart(13)}`,
+    `${r.label.padEnd(16)} ${String(r.perSecond).padStart(9)}   ${formatted(ratio(r.label, 'raw+tx')).padStart(8)}   ${formatted(ratio(r.label, 'raw+marker')).padStart(13)}`,
   );
 }
 console.log(
