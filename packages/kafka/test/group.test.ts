@@ -165,16 +165,20 @@ describe.skipIf(!brokers)('kafka adapter: group membership (real broker)', () =>
     runtime.outage = true;
     const adapter = member('drain', { topic, groupId, partitionsConsumedConcurrently: 2 }, runtime);
     let batches = 0;
+    // Both records are in before the member fetches. Published after start(), a fetch
+    // could return partition 0's record before partition 1's append was visible; that
+    // batch then waits out the outage, and the node's next fetch (the one that would
+    // bring partition 1) waits for it: one batch waiting, never two.
+    await publish(producer, topic, [
+      { id: 'p0', body: {}, partition: 0 },
+      { id: 'p1', body: {}, partition: 1 },
+    ]);
     await adapter.start(runtime);
     // The adapter's kafkajs consumer, for its instrumentation events only.
     const internal = (adapter as unknown as { consumer: import('kafkajs').Consumer }).consumer;
     internal.on(internal.events.START_BATCH_PROCESS, () => {
       batches++;
     });
-    await publish(producer, topic, [
-      { id: 'p0', body: {}, partition: 0 },
-      { id: 'p1', body: {}, partition: 1 },
-    ]);
     await until('the batches waiting for a slot', () => runtime.readyCalls >= 2);
     await adapter.stop();
     // Let the waiting batches see the stop (they check it on their heartbeat tick).
