@@ -138,7 +138,10 @@ async function ownScenario(name) {
   }
 }
 
-/** bench/rabbitmq/run.mjs, several times (it runs each side once), parsed from its printout. */
+/**
+ * bench/rabbitmq/run.mjs, several times (it runs each side once), parsed from its printout.
+ * Each run starts at the next side, so each side takes each slot in turn.
+ */
 async function rabbitmq() {
   const { runs, messages } = ARGS.rabbitmq;
   const samples = [];
@@ -148,6 +151,7 @@ async function rabbitmq() {
     const { code, stdout, stderr } = await runChild(process.execPath, ['bench/rabbitmq/run.mjs'], {
       BENCH_MESSAGES: String(messages),
       BENCH_EFFECT: '1',
+      BENCH_ORDER_OFFSET: String(run),
     });
     if (code !== 0) return { error: `exit ${code}: ${lastLines(stderr)}` };
     const rate = (label) => Number(new RegExp(`${label}\\s+\\d+ ms\\s+(\\d+) msgs/s`).exec(stdout)?.[1]);
@@ -158,7 +162,13 @@ async function rabbitmq() {
       rawMarker: rate('raw amqplib \\+ marker tx'),
     };
     const attempts = Number(/attempts rows after the run\s+(\d+)/.exec(stdout)?.[1]);
-    if (!Object.values(sample).every(Number.isFinite)) return { error: `unparsed output:\n${stdout}` };
+    const cpu =
+      /Node CPU µs per message: raw (\d+), marker tx only (\d+), raw \+ marker tx (\d+), Oncely (\d+)/.exec(
+        stdout,
+      );
+    if (!Object.values(sample).every(Number.isFinite) || !cpu)
+      return { error: `unparsed output:\n${stdout}` };
+    sample.cpu = { raw: +cpu[1], storeOnly: +cpu[2], rawMarker: +cpu[3], oncely: +cpu[4] };
     version = /RabbitMQ (\S+),/.exec(stdout)?.[1];
     samples.push(sample);
     attemptsRows.push(attempts);
@@ -173,6 +183,12 @@ async function rabbitmq() {
       oncely: pick('oncely'),
       storeOnly: pick('storeOnly'),
       rawMarker: pick('rawMarker'),
+    },
+    cpuUsPerMessage: {
+      raw: median(samples.map((s) => s.cpu.raw)),
+      oncely: median(samples.map((s) => s.cpu.oncely)),
+      storeOnly: median(samples.map((s) => s.cpu.storeOnly)),
+      rawMarker: median(samples.map((s) => s.cpu.rawMarker)),
     },
     attemptsRows: Math.max(...attemptsRows),
     vsRaw: median(samples.map((s) => s.raw / s.oncely)),
@@ -947,7 +963,7 @@ function targetNotes(results, out) {
   if (rmq?.perSecond?.rawMarker) {
     const ratio = 1 / rmq.vsRawMarker;
     notes.push(
-      `RabbitMQ: the Oncely consumer runs at ${formatRatio(ratio)} the rate of raw amqplib with the marker transaction by hand (target ≥ 0.9×): ${ratio >= 0.9 ? 'met' : '**missed**'}. Same runs: raw amqplib alone ${rate(rmq.perSecond.raw)}/s, the store's marker transactions with no broker ${rate(rmq.perSecond.storeOnly)}/s, raw + marker by hand ${rate(rmq.perSecond.rawMarker)}/s, Oncely ${rate(rmq.perSecond.oncely)}/s; attempts rows after the run: ${rmq.attemptsRows} (RabbitMQ's redelivered flag lets the core skip the up-front count). The runs are sequential (raw, marker alone, raw + marker, Oncely), not interleaved: bench/rabbitmq belongs to the adapter.`,
+      `RabbitMQ: the Oncely consumer runs at ${formatRatio(ratio)} the rate of raw amqplib with the marker transaction by hand (target ≥ 0.9×): ${ratio >= 0.9 ? 'met' : '**missed**'}. Same runs: raw amqplib alone ${rate(rmq.perSecond.raw)}/s, the store's marker transactions with no broker ${rate(rmq.perSecond.storeOnly)}/s, raw + marker by hand ${rate(rmq.perSecond.rawMarker)}/s, Oncely ${rate(rmq.perSecond.oncely)}/s; attempts rows after the run: ${rmq.attemptsRows} (RabbitMQ's redelivered flag lets the core skip the up-front count). Node CPU per message (this process, from each side's first message to its last): raw ${rmq.cpuUsPerMessage.raw} µs, marker alone ${rmq.cpuUsPerMessage.storeOnly} µs, raw + marker ${rmq.cpuUsPerMessage.rawMarker} µs, Oncely ${rmq.cpuUsPerMessage.oncely} µs. Each run takes the four sides in turn, the next run starting at the next side.`,
     );
   }
   const kafkaResult = results.kafka;

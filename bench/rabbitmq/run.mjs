@@ -9,15 +9,19 @@
 // (prefetch of the raw loop = concurrency of the Oncely consumer, 16), BENCH_EFFECT=1 to
 // make the Oncely handler also INSERT one business row per message (default: the
 // processed marker is the only write), BENCH_QUEUE_TYPE (classic | quorum, classic),
-// BENCH_PROFILE=1 to sample the CPU of each run in process (node:inspector) and print
-// where the Oncely run's main-thread time went, by package (BENCH_PROFILE_DIR: also
-// write each run's .cpuprofile there, for a flame graph).
+// BENCH_WARMUP (unmeasured messages per side first, 3000), BENCH_ORDER_OFFSET (which side
+// runs first: 0 raw, 1 marker tx only, 2 raw + marker tx, 3 Oncely, the rest in that
+// order, wrapping around; bench/run.mjs rotates it from run to run), BENCH_PROFILE=1 to
+// sample the CPU of each run in process (node:inspector) and print where the Oncely run's
+// main-thread time went, by package (BENCH_PROFILE_DIR: also write each run's .cpuprofile
+// there, for a flame graph).
 //
-// Both sides get the same N messages (same IDs, same bodies) published up front to a
-// queue of their own; the clock runs from the start of consumption to the last ack. The
-// raw loop parses each body and acks it: it is the floor cost of the broker. The Oncely
-// consumer runs the whole pipeline per message: ID, body decode, one PostgreSQL
-// transaction with the marker INSERT (and optional effect), commit, then the ack.
+// Each side gets the same N messages (same IDs, same bodies) published up front to a
+// queue of its own; each side's clock (wall and CPU) runs from its first message in hand
+// to its last one done. The raw loop parses each body and acks it: it is the floor cost
+// of the broker. The Oncely consumer runs the whole pipeline per message: ID, body decode,
+// one PostgreSQL transaction with the marker INSERT (and optional effect), commit, then
+// the ack.
 import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -36,24 +40,54 @@ const N = Number(env.BENCH_MESSAGES ?? 10_000);
 const CONCURRENCY = Number(env.BENCH_CONCURRENCY ?? 16);
 const WITH_EFFECT = env.BENCH_EFFECT === '1';
 const QUEUE_TYPE = env.BENCH_QUEUE_TYPE ?? 'classic';
-const WARMUP = 500;
+/**
+ * Messages each side consumes, unmeasured, before the measured runs. With 500 the first
+ * measured side ran at about 60 % of its rate in a later slot, whichever side it was (raw
+ * amqplib: 27,000/s first, 38,000-51,000/s later): amqplib's and pg's code was not yet
+ * optimised. With 3000 the slot no longer showed.
+ */
+const WARMUP = Number(env.BENCH_WARMUP ?? 3000);
 const PROFILE = env.BENCH_PROFILE === '1';
+/** Which side runs first (bench/run.mjs passes the run's number, so the order rotates). */
+const ORDER_OFFSET = Number(env.BENCH_ORDER_OFFSET ?? 0);
 const PROFILE_DIR = env.BENCH_PROFILE_DIR;
 
 /**
- * Runs one side (`work` returns its elapsed ms) and adds this process's CPU µs per
- * message (user + system: the broker client, the pg driver and Oncely all run here), and
- * with BENCH_PROFILE the main thread's sampled time by package.
+ * One side's clock: wall time and this process's CPU (user + system: the broker client,
+ * the pg driver and Oncely all run here) from the first message in hand to the last one
+ * done. Opening a channel or starting a consumer (connect, declare, consume) is not
+ * per-message work, on either side.
+ */
+class Stopwatch {
+  /** At the first message; later calls keep the first reading. */
+  start() {
+    this.startedAt ??= performance.now();
+    this.cpuBefore ??= process.cpuUsage();
+  }
+
+  stop() {
+    this.ms = performance.now() - this.startedAt;
+    this.cpu = process.cpuUsage(this.cpuBefore);
+  }
+}
+
+/**
+ * Runs one side (`work(watch)` starts and stops the watch) and reports its elapsed ms and
+ * CPU µs per message, and with BENCH_PROFILE the main thread's sampled time by package
+ * (over the whole side, set-up included).
  */
 async function measured(label, count, work) {
   if (PROFILE) await startProfile();
-  const before = process.cpuUsage();
-  const ms = await work();
-  const cpu = process.cpuUsage(before);
+  const watch = new Stopwatch();
+  await work(watch);
   const profile = PROFILE ? await stopProfile() : undefined;
   if (profile && PROFILE_DIR)
     writeFileSync(join(PROFILE_DIR, `rabbitmq-${label}.cpuprofile`), JSON.stringify(profile));
-  return { ms, cpuUs: (cpu.user + cpu.system) / count, byPackage: profile && msPerPackage(profile, count) };
+  return {
+    ms: watch.ms,
+    cpuUs: (watch.cpu.user + watch.cpu.system) / count,
+    byPackage: profile && msPerPackage(profile, count),
+  };
 }
 
 /** Where a package's code sits in a profile's URLs, in print order. */
@@ -107,19 +141,16 @@ async function declare(channel, queue) {
 }
 
 /** Raw amqplib: consume with prefetch = CONCURRENCY, parse, ack. */
-async function rawLoop(connection, queue, count) {
+async function rawLoop(connection, queue, count, watch = new Stopwatch()) {
   const channel = await connection.createChannel();
   await channel.prefetch(CONCURRENCY, false);
   let done = 0;
-  // Every clock here runs from the first message in hand to the last one done: setting up
-  // a channel or a consumer (start() connects, declares, consumes) is not per-message work.
-  let started;
   await new Promise((resolve, reject) => {
     channel
       .consume(
         queue,
         (msg) => {
-          started ??= performance.now();
+          watch.start();
           JSON.parse(msg.content.toString('utf8'));
           channel.ack(msg);
           if (++done === count) resolve();
@@ -128,9 +159,8 @@ async function rawLoop(connection, queue, count) {
       )
       .catch(reject);
   });
-  const elapsed = performance.now() - started;
+  watch.stop();
   await channel.close();
-  return elapsed;
 }
 
 /**
@@ -138,19 +168,18 @@ async function rawLoop(connection, queue, count) {
  * prefetch = CONCURRENCY, per message BEGIN, INSERT the marker ON CONFLICT DO NOTHING, the
  * business INSERT when it is new, COMMIT on a pg.Pool, then the ack.
  */
-async function rawMarkerLoop(connection, pool, queue, count) {
+async function rawMarkerLoop(connection, pool, queue, count, watch = new Stopwatch()) {
   const channel = await connection.createChannel();
   await channel.prefetch(CONCURRENCY, false);
   const mark = `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
   const insert = `INSERT INTO "${schema}".payments(order_id, amount) VALUES ($1, $2)`;
   let done = 0;
-  let started;
   await new Promise((resolve, reject) => {
     channel
       .consume(
         queue,
         (msg) => {
-          started ??= performance.now();
+          watch.start();
           const handle = async () => {
             const body = JSON.parse(msg.content.toString('utf8'));
             const client = await pool.connect();
@@ -177,13 +206,12 @@ async function rawMarkerLoop(connection, pool, queue, count) {
       )
       .catch(reject);
   });
-  const elapsed = performance.now() - started;
+  watch.stop();
   await channel.close();
-  return elapsed;
 }
 
 /** The Oncely consumer on the same kind of queue, with the real PostgreSQL store. */
-async function oncelyLoop(store, queue, count, name) {
+async function oncelyLoop(store, queue, count, name, watch = new Stopwatch()) {
   const consumer = createRabbitMqConsumer({
     name,
     store,
@@ -210,25 +238,21 @@ async function oncelyLoop(store, queue, count, name) {
   });
   consumer.on('failed', () => failures++);
   consumer.on('ackFailed', () => failures++);
-  let started;
-  consumer.on('received', () => {
-    started ??= performance.now();
-  });
+  consumer.on('received', () => watch.start());
   await consumer.start();
   await finished;
-  const elapsed = performance.now() - started;
+  watch.stop();
   await consumer.stop();
   if (failures > 0) throw new Error(`${failures} failures during the Oncely run`);
-  return elapsed;
 }
 
 /**
  * The store alone: the same marker transaction per message (claim, optional effect,
  * commit), CONCURRENCY at a time, no broker. Shows how much of the gap is PostgreSQL.
  */
-async function storeOnly(store, count, name) {
+async function storeOnly(store, count, name, watch) {
   let next = 0;
-  const started = performance.now();
+  watch.start();
   const worker = async () => {
     for (let i = next++; i < count; i = next++) {
       await store.transaction(async (tx) => {
@@ -244,7 +268,7 @@ async function storeOnly(store, count, name) {
     }
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-  return performance.now() - started;
+  watch.stop();
 }
 
 async function main() {
@@ -292,12 +316,21 @@ async function main() {
     await rawMarkerLoop(connection, handPool, queues.rawMarkerWarm, WARMUP);
     await oncelyLoop(store, queues.oncelyWarm, WARMUP, 'bench-warmup');
 
-    const raw = await measured('raw', N, () => rawLoop(connection, queues.raw, N));
-    const store1 = await measured('store-only', N, () => storeOnly(store, N, 'bench-store-only'));
-    const rawMarker = await measured('raw-marker', N, () =>
-      rawMarkerLoop(connection, handPool, queues.rawMarker, N),
-    );
-    const oncely = await measured('oncely', N, () => oncelyLoop(store, queues.oncely, N, 'bench'));
+    // The four sides in turn, starting at BENCH_ORDER_OFFSET: whatever the side before
+    // leaves behind (table growth, a checkpoint, dirty buffers) falls on each side in turn
+    // over several runs, not always on the one that runs last.
+    const sides = {
+      raw: () => measured('raw', N, (watch) => rawLoop(connection, queues.raw, N, watch)),
+      storeOnly: () => measured('store-only', N, (watch) => storeOnly(store, N, 'bench-store-only', watch)),
+      rawMarker: () =>
+        measured('raw-marker', N, (watch) => rawMarkerLoop(connection, handPool, queues.rawMarker, N, watch)),
+      oncely: () => measured('oncely', N, (watch) => oncelyLoop(store, queues.oncely, N, 'bench', watch)),
+    };
+    const names = Object.keys(sides);
+    const order = names.map((_, i) => names[(i + ORDER_OFFSET) % names.length]);
+    const measuredSides = {};
+    for (const name of order) measuredSides[name] = await sides[name]();
+    const { raw, storeOnly: store1, rawMarker, oncely } = measuredSides;
     const [rawMs, storeMs, rawMarkerMs, oncelyMs] = [raw.ms, store1.ms, rawMarker.ms, oncely.ms];
     const { rows } = await admin.query(
       `SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE consumer = 'bench'`,
@@ -308,7 +341,7 @@ async function main() {
     const oncelyRate = N / (oncelyMs / 1000);
     console.log('');
     console.log(
-      `RabbitMQ ${connection.connection.serverProperties.version}, ${QUEUE_TYPE} queue, ${N} messages, prefetch/concurrency ${CONCURRENCY}, handler: ${WITH_EFFECT ? 'one INSERT' : 'marker only'}`,
+      `RabbitMQ ${connection.connection.serverProperties.version}, ${QUEUE_TYPE} queue, ${N} messages, prefetch/concurrency ${CONCURRENCY}, handler: ${WITH_EFFECT ? 'one INSERT' : 'marker only'}, order: ${order.join(', ')}`,
     );
     console.log(
       `  raw amqplib consume+ack   ${rawMs.toFixed(0).padStart(7)} ms  ${rawRate.toFixed(0).padStart(7)} msgs/s`,
