@@ -78,7 +78,10 @@ const ARGS = cli.quick
       batch: [],
       // Five rounds per broker rather than three: the per-message ratios sit near their
       // 0.9× target and one slow round moved a median of three by ±0.1 between runs.
-      memory: ['--rounds', '5'],
+      // The memory broker costs next to nothing, so its rounds can be long: at 2000
+      // messages a round lasted ~0.3 s, and its Oncely ratio spread 0.74×–1.02× between
+      // runs of the same code; at 10,000 (~1.6 s a round) 0.88× and 0.94×.
+      memory: ['--rounds', '5', '--messages', '10000'],
       sqs: ['--rounds', '5'],
       pubsub: ['--rounds', '5'],
       servicebus: ['--rounds', '5'],
