@@ -962,6 +962,21 @@ export class ServiceBusEmulator {
     setImmediate(() => delivery.update(true, state));
   }
 
+  /**
+   * Settles a delivery we sent, in answer to the client's outcome: nothing more comes from
+   * the client for it. In peek-lock (rcv-settle-mode second) the receiver settles on our
+   * settled disposition without a frame of its own (AMQP 1.0, 2.6.12), and rhea drops an
+   * outgoing delivery from the session's buffer only once the peer has settled it: marked
+   * here, or the buffer's 2048 slots fill and the link stops sending for good.
+   */
+  private settleOutcome(delivery: any, state: unknown): void {
+    setImmediate(() => {
+      delivery.update(true, state);
+      // After update(): it queues the disposition only for a delivery not yet remote-settled.
+      delivery.remote_settled = true;
+    });
+  }
+
   /** A client settled a delivery: apply the outcome if the lock holds, then settle it. */
   private onOutcome(
     link: any,
@@ -971,7 +986,7 @@ export class ServiceBusEmulator {
     const role = this.roles.get(link);
     const token: string | undefined = delivery.serviceBusLock;
     if (role?.kind !== 'outbound' || token === undefined) {
-      this.settleDelivery(delivery, amqp.accepted().described());
+      this.settleOutcome(delivery, amqp.accepted().described());
       return;
     }
     const out = role.outbound;
@@ -980,7 +995,7 @@ export class ServiceBusEmulator {
     const sessionLost = out.sessionId !== undefined && entity.sessions.get(out.sessionId)?.holder !== out;
     if (!stored || sessionLost) {
       const condition = out.sessionId === undefined ? CONDITIONS.messageLockLost : CONDITIONS.sessionLockLost;
-      this.settleDelivery(
+      this.settleOutcome(
         delivery,
         amqp
           .rejected({
@@ -998,16 +1013,16 @@ export class ServiceBusEmulator {
     switch (outcome) {
       case 'accepted':
         entity.complete(stored);
-        this.settleDelivery(delivery, amqp.accepted().described());
+        this.settleOutcome(delivery, amqp.accepted().described());
         break;
       case 'released':
         entity.release(stored);
-        this.settleDelivery(delivery, amqp.released().described());
+        this.settleOutcome(delivery, amqp.released().described());
         break;
       case 'modified':
         if (state.undeliverable_here) entity.defer(stored, plain(state.message_annotations));
         else entity.abandon(stored, plain(state.message_annotations));
-        this.settleDelivery(
+        this.settleOutcome(
           delivery,
           amqp.modified({ undeliverable_here: Boolean(state.undeliverable_here) }).described(),
         );
@@ -1026,7 +1041,7 @@ export class ServiceBusEmulator {
           rest,
         );
         // Settled without an error: the client treats an error in the settled state as a failure.
-        this.settleDelivery(delivery, amqp.rejected({}).described());
+        this.settleOutcome(delivery, amqp.rejected({}).described());
         break;
       }
     }

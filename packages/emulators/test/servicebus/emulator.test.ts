@@ -573,6 +573,34 @@ describe('link flow control', () => {
       connection.close();
     }
   }, 10_000);
+
+  // Catches: a receiver stalling for good after 2048 messages. In peek-lock the client
+  // settles (rcv-settle-mode second) on the emulator's settled disposition and sends
+  // nothing more, so rhea's outgoing buffer, which drops a delivery only once the peer
+  // has settled it too, kept every delivery and stopped sending at its 2048 slots.
+  it('keeps delivering on one receiver past 2048 settled messages', async () => {
+    const queue = uniqueName('long-receiver');
+    emulator.createQueue(queue);
+    const total = 2100;
+    const sender = client.createSender(queue);
+    for (let from = 0; from < total; from += 700) {
+      await sender.sendMessages(Array.from({ length: 700 }, (_, n) => ({ body: from + n })));
+    }
+    await sender.close();
+    const receiver = plainReceiver(queue);
+    let completed = 0;
+    try {
+      for (let empty = 0; completed < total && empty < 3; ) {
+        const messages = await receiver.receiveMessages(100, { maxWaitTimeInMs: 500 });
+        if (messages.length === 0) empty++;
+        for (const message of messages) await receiver.completeMessage(message);
+        completed += messages.length;
+      }
+    } finally {
+      await receiver.close();
+    }
+    expect(completed).toBe(total);
+  }, 60_000);
 });
 
 /** A client whose accept-next-session asks the emulator to wait about 5 s (not 60 s). */
