@@ -36,6 +36,7 @@ import { createKafkaConsumer, createTopics } from '@oncely/kafka';
 import { PostgresStore } from '@oncely/postgres';
 import kafkajs from 'kafkajs';
 import pg from 'pg';
+import { handMarkersDdl } from '../lib/pg.mjs';
 
 const { Kafka, logLevel } = kafkajs;
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
@@ -109,9 +110,7 @@ const pool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY + 2 
 const schema = `oncely_kafka_bench_${tag}`;
 await pool.query(`CREATE SCHEMA "${schema}"`);
 await pool.query(`CREATE TABLE "${schema}".effects (message_id text NOT NULL, n integer)`);
-await pool.query(
-  `CREATE TABLE "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
-);
+for (const statement of handMarkersDdl(schema)) await pool.query(statement);
 
 /** A topic with N records spread over the partitions, each with a message-id header. */
 async function fillTopic(name) {

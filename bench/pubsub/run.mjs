@@ -55,6 +55,7 @@ import {
   createBenchSchema,
   dropSchema,
   fillPool,
+  handMarkersDdl,
 } from '../lib/pg.mjs';
 import { LatencyRecorder } from '../lib/stats.mjs';
 
@@ -246,11 +247,9 @@ async function main() {
   try {
     const setup = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: 1 });
     await setup.migrate();
-    await setup.transaction((tx) =>
-      tx.query(
-        `CREATE TABLE "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
-      ),
-    );
+    await setup.transaction(async (tx) => {
+      for (const statement of handMarkersDdl(schema)) await tx.query(statement);
+    });
     await setup.close();
     progress('pubsub: warm-up...');
     await rawLoop(true, WARMUP);

@@ -30,6 +30,7 @@ import { PostgresStore } from '@oncely/postgres';
 import { assertTopology, createRabbitMqConsumer } from '@oncely/rabbitmq';
 import amqp from 'amqplib';
 import pg from 'pg';
+import { handMarkersDdl } from '../lib/pg.mjs';
 import { startProfile, stopProfile } from '../lib/profile.mjs';
 
 // Read through `env`: these are run-time knobs of a script, not inputs of a turbo task.
@@ -280,9 +281,7 @@ async function main() {
   await admin.connect();
   await admin.query(`CREATE SCHEMA "${schema}"`);
   await admin.query(`CREATE TABLE "${schema}".payments(order_id text NOT NULL, amount int NOT NULL)`);
-  await admin.query(
-    `CREATE TABLE "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
-  );
+  for (const statement of handMarkersDdl(schema)) await admin.query(statement);
   const handPool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY, keepAlive: true });
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY + 2 });
   await store.migrate();

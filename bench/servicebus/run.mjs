@@ -48,6 +48,7 @@ import {
   createBenchSchema,
   dropSchema,
   fillPool,
+  handMarkersDdl,
 } from '../lib/pg.mjs';
 import { formatRatio } from '../lib/stats.mjs';
 
@@ -188,11 +189,9 @@ async function main() {
   try {
     const setup = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: 1 });
     await setup.migrate();
-    await setup.transaction((tx) =>
-      tx.query(
-        `CREATE TABLE "${schema}".hand_markers (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`,
-      ),
-    );
+    await setup.transaction(async (tx) => {
+      for (const statement of handMarkersDdl(schema)) await tx.query(statement);
+    });
     await setup.close();
     progress('servicebus: warm-up...');
     await rawLoop('marker', WARMUP);
