@@ -110,7 +110,11 @@ const pool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY + 2 
 const schema = `oncely_kafka_bench_${tag}`;
 await pool.query(`CREATE SCHEMA "${schema}"`);
 await pool.query(`CREATE TABLE "${schema}".effects (message_id text NOT NULL, n integer)`);
-for (const statement of handMarkersDdl(schema)) await pool.query(statement);
+// The store's schema is migrated once here, so the hand loop's marker table can copy its shape.
+const setup = new PostgresStore({ connectionString: DATABASE_URL, schema: `${schema}_store`, poolMax: 1 });
+await setup.migrate();
+await setup.close();
+await pool.query(handMarkersDdl(schema, `${schema}_store`));
 
 /** A topic with N records spread over the partitions, each with a message-id header. */
 async function fillTopic(name) {

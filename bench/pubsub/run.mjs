@@ -247,9 +247,7 @@ async function main() {
   try {
     const setup = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: 1 });
     await setup.migrate();
-    await setup.transaction(async (tx) => {
-      for (const statement of handMarkersDdl(schema)) await tx.query(statement);
-    });
+    await setup.transaction((tx) => tx.query(handMarkersDdl(schema)));
     await setup.close();
     progress('pubsub: warm-up...');
     await rawLoop(true, WARMUP);

@@ -281,10 +281,10 @@ async function main() {
   await admin.connect();
   await admin.query(`CREATE SCHEMA "${schema}"`);
   await admin.query(`CREATE TABLE "${schema}".payments(order_id text NOT NULL, amount int NOT NULL)`);
-  for (const statement of handMarkersDdl(schema)) await admin.query(statement);
   const handPool = new pg.Pool({ connectionString: DATABASE_URL, max: CONCURRENCY, keepAlive: true });
   const store = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: CONCURRENCY + 2 });
   await store.migrate();
+  await admin.query(handMarkersDdl(schema));
 
   const queues = {
     rawWarm: `bench.raw.warm.${run}`,

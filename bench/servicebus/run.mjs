@@ -189,9 +189,7 @@ async function main() {
   try {
     const setup = new PostgresStore({ connectionString: DATABASE_URL, schema, poolMax: 1 });
     await setup.migrate();
-    await setup.transaction(async (tx) => {
-      for (const statement of handMarkersDdl(schema)) await tx.query(statement);
-    });
+    await setup.transaction((tx) => tx.query(handMarkersDdl(schema)));
     await setup.close();
     progress('servicebus: warm-up...');
     await rawLoop('marker', WARMUP);
