@@ -258,6 +258,22 @@ const DEFECTS: Defect[] = [
     },
   },
   {
+    name: 'race-per-message',
+    what: "the adapter races each dispatch against a promise that lives as long as the adapter (the Kafka adapter's close() wait before the fix)",
+    broker: 'memory',
+    red: { 18: 'live Promise objects gained over 2000 messages' },
+    adapter: (adapter) => {
+      const closed = new Promise<void>(() => {});
+      return runtimeWith(adapter, (runtime) => ({
+        dispatch: {
+          value: async (delivery: Delivery) => {
+            await Promise.race([runtime.dispatch(delivery), closed]);
+          },
+        },
+      }));
+    },
+  },
+  {
     name: 'unbounded-concurrency',
     what: 'the adapter ignores the free slots and fetches 20 at a time',
     broker: 'memory',

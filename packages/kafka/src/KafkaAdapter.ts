@@ -145,11 +145,10 @@ export class KafkaAdapter implements BrokerAdapter {
   private inFlight = 0;
   /** Wakes batches waiting for a slot when a dispatched record settles. */
   private slotWaiters: Array<() => void> = [];
-  /** Resolves when close() gives up waiting for handlers: running batches return without them. */
-  private abandon!: () => void;
-  private readonly abandoned = new Promise<void>((resolve) => {
-    this.abandon = resolve;
-  });
+  /** Set when close() gives up waiting for handlers: running batches return without them. */
+  private abandoned = false;
+  /** Ends each wait of `unlessAbandoned` at once; a wait removes its own entry when its work settles. */
+  private readonly abandonWaiters = new Set<() => void>();
 
   constructor(broker: BrokerConfig, options: { consumerName: string; log: Logger }) {
     this.config = resolveKafkaConfig(broker, options.consumerName);
@@ -536,14 +535,13 @@ export class KafkaAdapter implements BrokerAdapter {
     heartbeat: () => Promise<void>,
     mustLeave: () => boolean,
   ): Promise<T | undefined> {
-    const done = work.then((value) => ({ value }));
-    const abandoned = this.abandoned.then(() => undefined);
+    const done = this.unlessAbandoned(work.then((value) => ({ value })));
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
       const tick = new Promise<'tick'>((resolve) => {
         timer = setTimeout(() => resolve('tick'), this.config.heartbeatInterval);
       });
-      const result = await Promise.race([done, abandoned, tick]);
+      const result = await Promise.race([done, tick]);
       clearTimeout(timer);
       if (result === undefined) return undefined;
       if (result !== 'tick') return result.value;
@@ -669,6 +667,37 @@ export class KafkaAdapter implements BrokerAdapter {
     this.wakeSlotWaiters();
   }
 
+  /**
+   * `work`'s result, or undefined as soon as close() abandons the handlers still running.
+   * Not `Promise.race([work, abandoned])` with one promise that lives as long as the
+   * adapter: every race leaves a reaction on that promise until it settles, two live
+   * promises per record for the consumer's whole life (conformance scenario 18).
+   */
+  private unlessAbandoned<T>(work: Promise<T>): Promise<T | undefined> {
+    if (this.abandoned) return Promise.resolve(undefined);
+    return new Promise<T | undefined>((resolve, reject) => {
+      const giveUp = () => resolve(undefined);
+      this.abandonWaiters.add(giveUp);
+      work.then(
+        (value) => {
+          this.abandonWaiters.delete(giveUp);
+          resolve(value);
+        },
+        (error: unknown) => {
+          this.abandonWaiters.delete(giveUp);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** close() gave up waiting: every running wait of `unlessAbandoned` ends now. */
+  private abandon(): void {
+    this.abandoned = true;
+    for (const giveUp of this.abandonWaiters) giveUp();
+    this.abandonWaiters.clear();
+  }
+
   private wakeSlotWaiters(): void {
     for (const wake of this.slotWaiters.splice(0)) wake();
   }
@@ -681,7 +710,7 @@ export class KafkaAdapter implements BrokerAdapter {
   ): Promise<Settlement> {
     const { delivery, settlement } = this.toDelivery(batch, message, payload, generation);
     // close() abandons a handler that outlives its wait: the record stays uncommitted.
-    await Promise.race([this.runtime!.dispatch(delivery), this.abandoned]);
+    await this.unlessAbandoned(this.runtime!.dispatch(delivery));
     return settlement();
   }
 
@@ -696,10 +725,7 @@ export class KafkaAdapter implements BrokerAdapter {
     generation: Generation,
   ): Promise<Settlement[]> {
     const deliveries = messages.map((message) => this.toDelivery(batch, message, payload, generation));
-    await Promise.race([
-      this.runtime!.dispatchInOrder!(deliveries.map(({ delivery }) => delivery)),
-      this.abandoned,
-    ]);
+    await this.unlessAbandoned(this.runtime!.dispatchInOrder!(deliveries.map(({ delivery }) => delivery)));
     return deliveries.map(({ settlement }) => settlement());
   }
 

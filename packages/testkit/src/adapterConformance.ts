@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import v8 from 'node:v8';
 import type { Handler, HandlerContext, IdempotencyStore, Message, MessageKey, SqlClient } from '@oncely/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CrashPoint } from './childProtocol.js';
@@ -25,7 +26,7 @@ export interface AdapterConformanceOptions {
   /** Title of the `describe` block. @default 'adapter conformance' */
   name?: string;
   /**
-   * Run only these scenario numbers (1–17), for debugging an adapter. The others are
+   * Run only these scenario numbers (1–18), for debugging an adapter. The others are
    * registered as skipped (`[skipped: not in only]`), never dropped. @default all
    */
   only?: readonly number[];
@@ -82,7 +83,7 @@ interface Scenario {
 
 /**
  * Registers the adapter conformance suite (shared/CONFORMANCE.md scenarios 1–15, plus 16
- * and 17 on counting attempts) as
+ * and 17 on counting attempts and 18 on what a long run retains) as
  * vitest tests. Every adapter runs it against its real broker or emulator; each scenario
  * builds its consumers with `new Consumer(config, adapter)` around the harness's
  * adapter wrapped in a {@link FaultInjector}, writes every effect as a row of a real
@@ -285,6 +286,30 @@ async function within<T>(promise: Promise<T>, ms: number, description: string): 
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Live objects of the kinds a per-message leak leaves behind, counted after a full GC. */
+interface LiveObjects {
+  Promise: number;
+  AbortSignal: number;
+  Timeout: number;
+}
+
+function liveObjects(): LiveObjects {
+  // Node >= 20.13 / 22; experimental, so looked up rather than typed.
+  const queryObjects = (v8 as { queryObjects?: (ctor: unknown, options: { format: 'count' }) => number })
+    .queryObjects;
+  if (typeof queryObjects !== 'function') {
+    throw new Error(`v8.queryObjects is missing in Node ${process.version}: scenario 18 needs Node >= 20.13`);
+  }
+  const probe = setTimeout(() => {}, 0);
+  const Timeout = probe.constructor;
+  clearTimeout(probe);
+  return {
+    Promise: queryObjects(Promise, { format: 'count' }),
+    AbortSignal: queryObjects(AbortSignal, { format: 'count' }),
+    Timeout: queryObjects(Timeout, { format: 'count' }),
+  };
 }
 
 const byId = (messageId: string) => (e: { event: { messageId?: string } }) => e.event.messageId === messageId;
@@ -1144,6 +1169,45 @@ const SCENARIOS: Scenario[] = [
       // front), so after 3 crashes at least 2 are on record: past maxAttempts 2.
       expect(runs, `runs of ${id} in the surviving consumer`).toBe(0);
       expect(await run.effectsOf(id), 'effect rows').toBe(0);
+    },
+  },
+  {
+    n: 18,
+    slug: 'no-retention',
+    title:
+      'a long run keeps nothing per message: live promises, signals and timers do not grow with the messages',
+    // Catches state kept for the consumer's lifetime per message processed: a Promise.race
+    // against a promise that lives as long as the adapter (each race leaves a reaction on
+    // it until that promise settles: two live promises per message), a listener never
+    // removed from a long-lived signal, a timer never cleared. A consumer runs for months,
+    // and a few hundred bytes per message is an out-of-memory crash after some millions.
+    // Counted with v8.queryObjects, which collects garbage first: only what is reachable.
+    missing: () => [],
+    setup: () => ({ leaseMs: 30_000, partitions: 4 }),
+    timeoutMs: 180_000,
+    async body({ run, t }) {
+      // The warm-up fills what is built once (connections, links, pools, caches).
+      const warm = ids('retain-warm', 200);
+      const measured = ids('retain', 2_000);
+      await run.startConsumer({ label: 'a', concurrency: 8, handler: recordEffect(run, 'a') });
+      await run.publish(warm.map((id, n) => ({ id, body: { n } })));
+      await run.waitForEffects(warm, t(60_000));
+      await run.spy.waitForCount('processed', warm.length, undefined, t(10_000));
+      const before = liveObjects();
+      await run.publish(measured.map((id, n) => ({ id, body: { n } })));
+      await run.waitForEffects(measured, t(120_000));
+      await run.spy.waitForCount('processed', warm.length + measured.length, undefined, t(10_000));
+      await run.waitForBacklogZero(t(20_000));
+      const after = liveObjects();
+      // Bounded caches and whatever a poll has in hand may differ by a little; a leak
+      // grows by at least one object per message.
+      const allowed = measured.length / 10;
+      for (const kind of Object.keys(before) as Array<keyof LiveObjects>) {
+        expect(
+          after[kind] - before[kind],
+          `live ${kind} objects gained over ${measured.length} messages (before ${before[kind]}, after ${after[kind]})`,
+        ).toBeLessThan(allowed);
+      }
     },
   },
 ];
