@@ -8,11 +8,16 @@ export function decodeBody(format: BodyFormat, raw: unknown): unknown {
     case 'buffer':
       return isBytes ? Buffer.from(raw as Uint8Array) : Buffer.from(String(raw));
     case 'text':
-      return isBytes ? Buffer.from(raw as Uint8Array).toString('utf8') : String(raw);
+      return isBytes ? utf8(raw as Uint8Array) : String(raw);
     case 'json':
       // Adapters that already decoded (the memory broker) hand over a value, not text.
       if (typeof raw === 'string') return JSON.parse(raw);
-      if (isBytes) return JSON.parse(Buffer.from(raw as Uint8Array).toString('utf8'));
+      if (isBytes) return JSON.parse(utf8(raw as Uint8Array));
       return raw;
   }
+}
+
+/** The bytes as UTF-8 text, read through a view: only the text is kept, so no copy of the bytes. */
+function utf8(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
 }
