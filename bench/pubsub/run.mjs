@@ -11,8 +11,9 @@
 //
 // Variants (each round drains a freshly filled subscription of its own, in rotated order):
 //   raw           subscription.on('message') with flowControl { maxMessages: concurrency,
-//                 allowExcessMessages: false }, one stream, acks batched over 5 ms (as the
-//                 adapter's); parse the body, message.ack()
+//                 allowExcessMessages: false }, one stream, acks batched over 5 ms (the
+//                 adapter's window, which it cuts short once no other delivery is running);
+//                 parse the body, message.ack()
 //   raw+tx        the same, with the marker transaction written by hand: BEGIN; INSERT the
 //                 (consumer, message-id) marker ON CONFLICT DO NOTHING; if it was new, the
 //                 business INSERT; COMMIT; then ack — what Oncely does, without Oncely

@@ -64,6 +64,11 @@ export interface PubSubAdapterOptions {
   maxAttempts?: number;
   handlerTimeoutMs?: number;
   outageHoldMs?: number;
+  /**
+   * How long an ack or nack waits for others to share its request while other deliveries
+   * are still running (it goes at once when none is). @default 5
+   */
+  settlementWindowMs?: number;
 }
 
 /**
@@ -131,6 +136,11 @@ export class PubSubAdapter implements BrokerAdapter {
   /** Received, not yet dispatched: waiting for a free slot or for their ordering key. */
   private readonly queue: PubSubDelivery[] = [];
   private readonly busyKeys = new Set<string>();
+  /**
+   * Dispatched deliveries that have not asked for their settlement yet. When the last of
+   * them asks, no other ack can join the batch: it goes at once (see settling()).
+   */
+  private readonly running = new Set<PubSubDelivery>();
   private pumping = false;
   private leaseTimer: NodeJS.Timeout | undefined;
   private reopenTimer: NodeJS.Timeout | undefined;
@@ -156,6 +166,7 @@ export class PubSubAdapter implements BrokerAdapter {
     this.settlement = new SettlementClient(
       new v1.SubscriberClient(this.pubsub.options as ConstructorParameters<typeof v1.SubscriberClient>[0]),
       this.subscriptionName,
+      options.settlementWindowMs,
     );
   }
 
@@ -308,17 +319,22 @@ export class PubSubAdapter implements BrokerAdapter {
       toEnvelope(message, this.subscriptionName),
       {
         ack: (d) =>
-          this.counted(
-            this.exactlyOnce
-              ? this.throughClient('Acknowledge', () => d.message.ackWithResponse())
-              : this.settlement.ack(d.ackId),
+          this.settling(
+            d,
+            this.counted(
+              this.exactlyOnce
+                ? this.throughClient('Acknowledge', () => d.message.ackWithResponse())
+                : this.settlement.ack(d.ackId),
+            ),
           ),
         modAck: (d, seconds) => {
-          if (seconds === 0) this.dropQueuedOfKey(d);
-          return this.counted(this.modAck(d, seconds));
+          // A renewal is not a settlement; ModifyAckDeadline 0 (a release) is.
+          if (seconds !== 0) return this.counted(this.modAck(d, seconds));
+          this.dropQueuedOfKey(d);
+          return this.settling(d, this.counted(this.modAck(d, seconds)));
         },
-        retry: (d, delayMs) => this.counted(this.retry(d, delayMs)),
-        deadLetter: (d, reason, detail) => this.counted(this.deadLetter(d, reason, detail)),
+        retry: (d, delayMs) => this.settling(d, this.counted(this.retry(d, delayMs))),
+        deadLetter: (d, reason, detail) => this.settling(d, this.counted(this.deadLetter(d, reason, detail))),
       },
       Date.now(),
       this.leaseSeconds * 1000,
@@ -386,10 +402,24 @@ export class PubSubAdapter implements BrokerAdapter {
   private launch(delivery: PubSubDelivery): void {
     const key = delivery.orderingKey;
     if (key !== undefined) this.busyKeys.add(key);
+    this.running.add(delivery);
     void this.runtime!.dispatch(delivery).finally(() => {
+      this.running.delete(delivery);
       if (key !== undefined) this.busyKeys.delete(key);
       void this.pump();
     });
+  }
+
+  /**
+   * `settlement`, after noting that `delivery` asked for it. The acks of the deliveries
+   * that finish together share one Acknowledge request, batched over a few ms; once the
+   * last running delivery has asked, nothing else can join, so the batch goes now. Under
+   * flow control (at most `concurrency` messages outstanding) the service sends no more
+   * until acks arrive: every ms an ack waits is a ms the next message does not come.
+   */
+  private settling(delivery: PubSubDelivery, settlement: Promise<void>): Promise<void> {
+    if (this.running.delete(delivery) && this.running.size === 0) this.settlement.flushNow();
+    return settlement;
   }
 
   /**

@@ -3,8 +3,8 @@ import { ackIdErrors, toSettlementError } from './errors.js';
 
 /** Ack IDs per request: well under the service's 512 KB request limit. */
 const MAX_IDS_PER_REQUEST = 1000;
-/** How long a settlement waits for others to share its request. */
-const BATCH_WINDOW_MS = 5;
+/** How long a settlement waits for others to share its request (unless sent sooner: flushNow()). */
+export const SETTLEMENT_WINDOW_MS = 5;
 /** Per-ack-ID `TRANSIENT_*` failures are retried this many times. */
 const MAX_TRANSIENT_RETRIES = 5;
 
@@ -43,6 +43,7 @@ export class SettlementClient {
   constructor(
     private readonly client: v1.SubscriberClient,
     private readonly subscription: string,
+    private readonly windowMs = SETTLEMENT_WINDOW_MS,
   ) {}
 
   ack(ackId: string): Promise<void> {
@@ -52,6 +53,11 @@ export class SettlementClient {
   /** Sets the ack deadline to `seconds` from now; 0 hands the message out again at once. */
   modAck(ackId: string, seconds: number): Promise<void> {
     return this.add({ op: 'modAck', seconds }, ackId);
+  }
+
+  /** Sends what is batched now, without waiting out the window. */
+  flushNow(): void {
+    for (const key of [...this.batches.keys()]) this.flush(key);
   }
 
   /** Sends what is batched and waits for every request to be answered. */
@@ -73,7 +79,7 @@ export class SettlementClient {
     const key = kind.op === 'ack' ? 'ack' : `modAck:${kind.seconds}`;
     let batch = this.batches.get(key);
     if (!batch) {
-      batch = { kind, items: [], timer: setTimeout(() => this.flush(key), BATCH_WINDOW_MS) };
+      batch = { kind, items: [], timer: setTimeout(() => this.flush(key), this.windowMs) };
       this.batches.set(key, batch);
     }
     batch.items.push(item);
