@@ -3,7 +3,7 @@ import { createServer } from 'node:net';
 import type { ConsumerConfig, ConsumerEvent, ConsumerEventName, SqlClient } from '@oncely/core';
 import { Consumer, LeaseLostError, processBatchOnce } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
-import { requireService, TcpProxy } from '@oncely/testkit';
+import { requireService, TcpProxy, waitFor } from '@oncely/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ScriptedAdapter, type Settlement } from './ScriptedAdapter.js';
@@ -377,6 +377,47 @@ describe.skipIf(!hasPostgres)('defect 7: a silent partition becomes a store outa
     expect(settlement).toEqual({ kind: 'release' });
     expect(names()).toContain('storeUnavailable');
     expect(stopped).toBe('stopped');
+  });
+});
+
+describe.skipIf(!hasPostgres)('many deliveries waiting out a store outage', () => {
+  it('do not set off the listener-leak warning of Node: each wait removes its listener from the stopping signal', async () => {
+    // Each delivery waiting for the store listens on the consumer's stopping signal (stop()
+    // must end the wait), so at concurrency 12 twelve listeners share that one signal for a
+    // while: Node warned "Possible EventTarget memory leak detected" past 10, during the
+    // outage, which is when an operator reads the logs.
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    const { proxy, store } = await storeBehindProxy();
+    try {
+      await store.ping();
+      const table = await effectsTable();
+      const { consumer, adapter, names } = await startConsumer(store, {
+        concurrency: 12,
+        outageHoldMs: 30_000,
+        handler: async (message, ctx) => {
+          await ctx.tx.query(`INSERT INTO ${table}(message_id) VALUES ($1)`, [message.id]);
+        },
+      });
+      await proxy.cut();
+      const settlements = Array.from({ length: 12 }, (_, i) => adapter.deliver({ id: `outage-${i}` }));
+      await waitFor(() => names().includes('storeUnavailable'), { description: 'the outage declared' });
+      // Long enough for every delivery to fail its first try and wait.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await proxy.resume();
+      expect(await Promise.all(settlements)).toEqual(Array.from({ length: 12 }, () => ({ kind: 'ack' })));
+      await consumer.stop();
+      // Node emits warnings on the next tick.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning').map((w) => w.message)).toEqual(
+        [],
+      );
+      expect(await count(`SELECT count(*)::int AS n FROM ${table}`)).toBe(12);
+    } finally {
+      process.off('warning', onWarning);
+      await proxy.close();
+    }
   });
 });
 

@@ -1,4 +1,4 @@
-import { EventEmitter } from 'node:events';
+import { EventEmitter, setMaxListeners } from 'node:events';
 import { Batcher, Gathering } from './Batcher.js';
 import { retryDelayMs } from './backoff.js';
 import { decodeBody } from './body.js';
@@ -187,6 +187,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     this.telemetry = new Telemetry(config.name, adapter.type, config.telemetry);
     // Unhandled 'error' events would crash the process; we never emit 'error'.
     this.emitter.setMaxListeners(0);
+    // Every delivery waiting out a store outage listens here until its wait ends (stop()
+    // must end it), so up to `concurrency` of them at once, besides the adapter's own few.
+    // Past Node's default of 10 it warned of a leak during every outage at concurrency > 10.
+    setMaxListeners(this.settings.concurrency + 10, this.stopping.signal);
   }
 
   /** Consumer name (the namespace of processed IDs). */
