@@ -674,7 +674,11 @@ export class KafkaAdapter implements BrokerAdapter {
    * promises per record for the consumer's whole life (conformance scenario 18).
    */
   private unlessAbandoned<T>(work: Promise<T>): Promise<T | undefined> {
-    if (this.abandoned) return Promise.resolve(undefined);
+    if (this.abandoned) {
+      // Nobody waits for it any more: its failure must not become an unhandled rejection.
+      work.catch(() => {});
+      return Promise.resolve(undefined);
+    }
     return new Promise<T | undefined>((resolve, reject) => {
       const giveUp = () => resolve(undefined);
       this.abandonWaiters.add(giveUp);
