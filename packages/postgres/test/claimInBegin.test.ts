@@ -69,9 +69,12 @@ async function recordedStore(sessionOptions?: string) {
   });
   pools.push(pool);
   const sent: string[] = [];
+  /** The pool's own clients, behind the wrapper each checkout gets. */
+  const clients = new Set<pg.PoolClient>();
   const recording: PgPoolLike = {
     async connect() {
       const client = await pool.connect();
+      clients.add(client);
       const query = client.query.bind(client) as (text: string, values?: unknown[]) => Promise<unknown>;
       return Object.assign(Object.create(client) as pg.PoolClient, {
         query: (text: string, values?: unknown[]) => {
@@ -90,7 +93,7 @@ async function recordedStore(sessionOptions?: string) {
   const store = new PostgresStore({ pool: recording, schema });
   await store.migrate();
   await admin.query(`CREATE TABLE "${schema}".payments (message_id text NOT NULL)`);
-  return { store, schema, sent };
+  return { store, schema, sent, clients };
 }
 
 describe.skipIf(!hasPostgres)('the claim in BEGIN’s round trip', () => {
@@ -186,5 +189,25 @@ describe.skipIf(!hasPostgres)('the claim in BEGIN’s round trip', () => {
       `SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE message_id <> 'warm-up'`,
     );
     expect(rows[0]!.n).toBe(0);
+  });
+});
+
+describe.skipIf(!hasPostgres)('a caller pool that wraps its clients', () => {
+  it('does not pile the store’s listeners onto the real client, one pair per transaction', async () => {
+    // This recording pool hands out a new wrapper around the same client at every checkout,
+    // as instrumentation may. Listeners attached for a client's life, keyed by the object
+    // handed out, were attached again at every checkout: two more per transaction on the
+    // real client, for as long as it lives (and Node's leak warning past 10).
+    const { store, clients } = await recordedStore();
+    const baseline = () =>
+      [...clients].map((client) => client.listenerCount('error') + client.listenerCount('end'));
+    await processOnce(store, { consumer: 'c', messageId: 'listeners-warm-up' }, async () => {});
+    const before = Math.max(...baseline());
+    for (let i = 0; i < 30; i++) {
+      await processOnce(store, { consumer: 'c', messageId: `listeners-${i}` }, async () => {});
+    }
+    expect(Math.max(...baseline()), 'error + end listeners on a pooled client after 30 transactions').toBe(
+      before,
+    );
   });
 });

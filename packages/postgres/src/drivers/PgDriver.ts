@@ -314,7 +314,7 @@ export class PgDriver implements StoreDriver {
   ): Promise<{ client: PgPoolClientLike; watch: ClientWatch; result: SqlResult<R> }> {
     for (let attempt = 1; ; attempt++) {
       const client = await this.connect();
-      const watch = watchClient(client);
+      const watch = watchClient(client, this.ownsPool);
       try {
         const result = (await this.timed(
           watch,
@@ -527,16 +527,18 @@ class ConnectionState {
   };
 }
 
-/** Per pooled client: its listeners are attached once, not per transaction. */
+/** Per client of the store's own pool: its listeners are attached once, not per transaction. */
 const connections = new WeakMap<PgPoolClientLike, ConnectionState>();
 
 /**
  * Watches a checked-out client. While checked out, a client's socket error is emitted on
  * the client (the pool only listens to idle ones): without our listener it would crash
  * the process; with it, we learn — without reading any message text — that the
- * connection is gone. The listeners stay on the client for its life (attaching and
- * removing them around every transaction cost more than the rest of the watch): a
- * connection seen lost is destroyed, never pooled again, so its state is never stale.
+ * connection is gone. On the store's own pool the listeners stay on the client for its
+ * life (attaching and removing them around every transaction cost more than the rest of
+ * the watch): a connection seen lost is destroyed, never pooled again, so its state is
+ * never stale. A caller's pool may hand out a new wrapper around the same client at every
+ * checkout, so there they are removed when the client goes back (`detach`).
  */
 class ClientWatch {
   private released = false;
@@ -544,6 +546,7 @@ class ClientWatch {
   constructor(
     private readonly client: PgPoolClientLike,
     private readonly state: ConnectionState,
+    private readonly detach?: () => void,
   ) {}
 
   /** The first error or end event seen on the client's connection, if any. */
@@ -577,23 +580,35 @@ class ClientWatch {
     this.released = true;
     const { lost } = this.state;
     if (lost !== undefined || suspect) {
+      // Destroyed: the listeners go with it, and keep catching its last errors meanwhile.
       this.client.release(lost instanceof Error ? lost : true);
       return;
     }
+    // Synchronously before the release: the pool listens to it again as it takes it back.
+    this.detach?.();
     this.client.release();
   }
 }
 
-function watchClient(client: PgPoolClientLike): ClientWatch {
-  let state = connections.get(client);
+/** `persistent`: the client comes from the store's own pool (see ClientWatch). */
+function watchClient(client: PgPoolClientLike, persistent: boolean): ClientWatch {
+  let state = persistent ? connections.get(client) : undefined;
   if (state === undefined) {
     const created = new ConnectionState();
-    client.on('error', (error: unknown) => {
+    const onError = (error: unknown) => {
       created.lost ??= error ?? new Error('connection error');
-    });
-    client.on('end', () => {
+    };
+    const onEnd = () => {
       created.lost ??= new Error('connection ended');
-    });
+    };
+    client.on('error', onError);
+    client.on('end', onEnd);
+    if (!persistent) {
+      return new ClientWatch(client, created, () => {
+        client.removeListener('error', onError);
+        client.removeListener('end', onEnd);
+      });
+    }
     connections.set(client, created);
     state = created;
   }
