@@ -62,7 +62,7 @@ export class SettlementClient {
 
   /** Sends what is batched and waits for every request to be answered. */
   async drain(): Promise<void> {
-    for (const key of [...this.batches.keys()]) this.flush(key);
+    this.flushNow();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
 
