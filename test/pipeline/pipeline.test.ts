@@ -1,6 +1,7 @@
 import type { ConsumerConfig, ConsumerEvent, ConsumerEventName, Handler, SqlClient } from '@oncely/core';
 import { Consumer, HandlerTimeoutError, LeaseLostError } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
+import { Latch } from '@oncely/testkit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ScriptedAdapter } from './ScriptedAdapter.js';
 
@@ -332,6 +333,37 @@ describe('pipeline (batch)', () => {
     expect(names.filter((n) => n === 'duplicate')).toHaveLength(1);
     expect(names.filter((n) => n === 'retried')).toHaveLength(1);
     await consumer.stop();
+  });
+
+  // stop() runs the partial batch at once; a delivery still being prepared then (its
+  // run counted up front in the store) joined a batch that only its maxWaitMs timer ran:
+  // stop() took that long, or gave up on it at its deadline and left it unsettled.
+  it('runs a batch joined after stop() began at once, not after maxWaitMs', async () => {
+    const counting = new Latch();
+    const counted = new Latch();
+    const recordAttempt = store.recordAttempt.bind(store);
+    store.recordAttempt = async (key) => {
+      counting.open();
+      await counted.wait();
+      return recordAttempt(key);
+    };
+    try {
+      const { adapter, consumer } = await startConsumer({
+        concurrency: 8,
+        batch: { size: 8, maxWaitMs: 60_000 },
+        stopTimeoutMs: 60_000,
+      });
+      // A redelivery without a delivery count: its run is counted before it joins a batch.
+      const settlement = adapter.deliver({ id: 'late-joiner', redelivered: true });
+      await counting.wait();
+      const stopped = consumer.stop();
+      counted.open();
+      await stopped;
+      expect(await settlement).toEqual({ kind: 'ack' });
+      expect(await effectCount('late-joiner')).toBe(1);
+    } finally {
+      store.recordAttempt = recordAttempt;
+    }
   });
 
   it('runs a partial batch after maxWaitMs', async () => {

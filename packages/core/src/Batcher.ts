@@ -11,6 +11,8 @@
 export class Batcher<T> {
   private pending: Array<{ item: T; done: () => void }> = [];
   private timer: NodeJS.Timeout | undefined;
+  /** Set by drain(): no more items are coming to fill a batch, so none waits for them. */
+  private draining = false;
 
   constructor(
     private readonly size: number,
@@ -23,11 +25,22 @@ export class Batcher<T> {
     return new Promise((done) => {
       this.pending.push({ item, done });
       if (this.pending.length >= this.size) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), this.maxWaitMs);
+      // Draining, the items added in the same turn still share a batch.
+      else this.timer ??= setTimeout(() => this.flush(), this.draining ? 0 : this.maxWaitMs);
     });
   }
 
-  /** Runs what is pending now (on stop, so nothing waits for a timer). */
+  /**
+   * On stop: runs what is pending now and, from then on, every item without waiting for
+   * a batch to fill. Items still being prepared when the consumer stops join later; they
+   * must not wait `maxWaitMs` (the consumer's stop would wait for them, or give up on them).
+   */
+  drain(): void {
+    this.draining = true;
+    this.flush();
+  }
+
+  /** Runs what is pending now. */
   flush(): void {
     clearTimeout(this.timer);
     this.timer = undefined;

@@ -259,7 +259,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     this.stopping.abort();
     this.wakeWaiters();
     await this.adapter.stop().catch((error) => this.log.warn('adapter stop failed', { error }));
-    this.batcher?.flush();
+    this.batcher?.drain();
     if (!(await this.drained(this.settings.stopTimeoutMs))) {
       this.log.warn('stop deadline passed with handlers in flight: aborting their signals', {
         inFlight: this.inFlight,
