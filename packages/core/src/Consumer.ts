@@ -415,6 +415,7 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
         return;
       }
       if (this.batcher) {
+        delivery.awaitingBatch?.();
         await this.batcher.add(prepared);
         return;
       }

@@ -353,6 +353,14 @@ export interface Delivery {
    * gone. Absent when the broker has no renewable lease.
    */
   extendLease?(ms: number): Promise<void>;
+  /**
+   * Called when the delivery joins a batch (the consumer's `batch` option) that may wait
+   * for more messages, up to `batch.maxWaitMs`, before it runs and the delivery is
+   * settled. An adapter that holds settlements back to send them together should not
+   * wait for this one: under broker flow control the messages its batch waits for come
+   * only after the held acks (Pub/Sub).
+   */
+  awaitingBatch?(): void;
 }
 
 /** Lease facts an adapter declares so the core's lease keeper can renew in time. */

@@ -137,8 +137,9 @@ export class PubSubAdapter implements BrokerAdapter {
   private readonly queue: PubSubDelivery[] = [];
   private readonly busyKeys = new Set<string>();
   /**
-   * Dispatched deliveries that have not asked for their settlement yet. When the last of
-   * them asks, no other ack can join the batch: it goes at once (see settling()).
+   * Dispatched deliveries that have not asked for their settlement yet, nor wait in a
+   * batch for more messages. When none is left, no other ack can join the batch: it goes
+   * at once (see notRunning()).
    */
   private readonly running = new Set<PubSubDelivery>();
   private pumping = false;
@@ -335,6 +336,7 @@ export class PubSubAdapter implements BrokerAdapter {
         },
         retry: (d, delayMs) => this.settling(d, this.counted(this.retry(d, delayMs))),
         deadLetter: (d, reason, detail) => this.settling(d, this.counted(this.deadLetter(d, reason, detail))),
+        awaitingBatch: (d) => this.notRunning(d),
       },
       Date.now(),
       this.leaseSeconds * 1000,
@@ -412,14 +414,28 @@ export class PubSubAdapter implements BrokerAdapter {
 
   /**
    * `settlement`, after noting that `delivery` asked for it. The acks of the deliveries
-   * that finish together share one Acknowledge request, batched over a few ms; once the
-   * last running delivery has asked, nothing else can join, so the batch goes now. Under
+   * that finish together share one Acknowledge request, batched over a few ms; once no
+   * delivery is running any more, nothing else can join, so the batch goes now. Under
    * flow control (at most `concurrency` messages outstanding) the service sends no more
    * until acks arrive: every ms an ack waits is a ms the next message does not come.
    */
   private settling(delivery: PubSubDelivery, settlement: Promise<void>): Promise<void> {
-    if (this.running.delete(delivery) && this.running.size === 0) this.settlement.flushNow();
+    this.notRunning(delivery);
     return settlement;
+  }
+
+  /**
+   * `delivery` asked for its settlement, or waits in a batch that may need more messages
+   * to fill: those come only after the acks, so the held ones must not wait for it. Once
+   * none is running, the batch goes: now when this was the last running one, at the end
+   * of this turn when it was not (a committed batch's deliveries, which stopped running
+   * when they joined it, ask one after the other and share the request).
+   */
+  private notRunning(delivery: PubSubDelivery): void {
+    const wasRunning = this.running.delete(delivery);
+    if (this.running.size > 0) return;
+    if (wasRunning) this.settlement.flushNow();
+    else this.settlement.flushSoon();
   }
 
   /**

@@ -9,6 +9,8 @@ export interface DeliverySettler {
   /** A failed attempt: the subscription's retry policy, else a delayed modAck. */
   retry(delivery: PubSubDelivery, delayMs: number): Promise<void>;
   deadLetter(delivery: PubSubDelivery, reason: DeadLetterReason, detail: string): Promise<void>;
+  /** It waits in a batch that may need more messages to fill (see `Delivery.awaitingBatch`). */
+  awaitingBatch(delivery: PubSubDelivery): void;
 }
 
 /**
@@ -68,6 +70,10 @@ export class PubSubDelivery implements Delivery {
 
   release(): Promise<void> {
     return this.settler.modAck(this, 0);
+  }
+
+  awaitingBatch(): void {
+    this.settler.awaitingBatch(this);
   }
 
   async extendLease(ms: number): Promise<void> {

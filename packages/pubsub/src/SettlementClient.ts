@@ -39,6 +39,7 @@ interface Pending {
 export class SettlementClient {
   private readonly batches = new Map<string, { kind: Kind; items: Pending[]; timer: NodeJS.Timeout }>();
   private readonly inFlight = new Set<Promise<void>>();
+  private soon: NodeJS.Immediate | undefined;
 
   constructor(
     private readonly client: v1.SubscriberClient,
@@ -57,7 +58,18 @@ export class SettlementClient {
 
   /** Sends what is batched now, without waiting out the window. */
   flushNow(): void {
+    clearImmediate(this.soon);
+    this.soon = undefined;
     for (const key of [...this.batches.keys()]) this.flush(key);
+  }
+
+  /**
+   * Sends what is batched once this turn of the event loop is over, without waiting out
+   * the window: the settlements a finished batch asks for one after the other still
+   * share a request.
+   */
+  flushSoon(): void {
+    this.soon ??= setImmediate(() => this.flushNow());
   }
 
   /** Sends what is batched and waits for every request to be answered. */
