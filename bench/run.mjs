@@ -426,6 +426,20 @@ function sdkCeiling(summary, markerKey) {
   return { ceiling, brokerBound: ceiling < 3 && !outrun };
 }
 
+/**
+ * The CPU a missed batch target asks of this process: at 3× the marker loop's rate, the
+ * cores Oncely batch would use at its measured CPU per message. Its JavaScript, the
+ * broker's client's and (in process) the emulator's share one thread.
+ */
+function batchCpuBudget(summary, markerKey, name) {
+  const targetRate = 3 * summary[markerKey].perSecond;
+  const batchCpu = summary['oncely batch']?.cpuUsPerOp;
+  if (batchCpu === undefined) return '';
+  const cores = (batchCpu * targetRate) / 1e6;
+  const inProcess = name === 'sqs' || name === 'servicebus' || name === 'pubsub';
+  return ` CPU at the target: 3× the hand-written loop is ${rate(targetRate)}/s; at Oncely batch's measured ${batchCpu.toFixed(0)} µs per message that is ${cores.toFixed(2)} cores of this process alone, whose JavaScript (Oncely's, the broker client's${inProcess ? " and the in-process emulator's" : ''}) runs on one thread, on a machine of 2 cores that also runs PostgreSQL${cores >= 1 ? ': more than a whole core' : ''}.`;
+}
+
 function failed(name, result, out) {
   if (result.error) out.push(row([name, `**failed**: ${oneLine(result.error)}`, '', '', '', '', '', '', '']));
   else if (result.skipped)
@@ -940,6 +954,7 @@ function targetNotes(results, out) {
       1 / vs('oncely batch') < 3 && brokerBound
         ? ` Oncely batch runs ${formatRatio(1 / vs('oncely batch'))} the hand-written loop's rate, at ${formatRatio(r.summary['oncely batch'].perSecond / r.summary.raw.perSecond)} the rate of the SDK loop with no database at all (${rate(r.summary.raw.perSecond)}/s, ${formatRatio(ceiling)} the hand-written loop's): the broker is the bottleneck, so its ≥ 3× target does not apply.`
         : '';
+    const cpuBudget = misses.includes('oncely batch') ? batchCpuBudget(r.summary, markerKey, name) : '';
     if (misses.length === 0) {
       notes.push(
         batchBound
@@ -957,7 +972,7 @@ function targetNotes(results, out) {
       ? ` Without a dead-letter policy on the subscription (no delivery count, so the core counts every run up front in a commit of its own): Oncely ${rate(noPolicy.perSecond)}/s, ${formatRatio(1 / vs('oncely no policy'))} the hand-written loop's rate, Node CPU ${cpuOf('oncely no policy')} µs per message, ${r.attemptsRowsNoPolicy} attempts rows.`
       : '';
     notes.push(
-      `${r.broker}: ${misses.map((v) => `${v} runs at ${formatRatio(1 / vs(v))} the rate of the raw loop with the marker transaction by hand (target ≥ ${v === 'oncely batch' ? 3 : 0.9}×): **missed**`).join('; ')}. Decomposition, same run: the raw loop alone ${rate(r.summary.raw.perSecond)}/s, ${markerKey === 'raw+tx' ? '' : `with a bare transaction ${rate(r.summary['raw+tx'].perSecond)}/s, `}with the marker by hand ${rate(r.summary[markerKey].perSecond)}/s, Oncely ${rate(r.summary.oncely.perSecond)}/s, Oncely batch ${rate(r.summary['oncely batch'].perSecond)}/s; Node CPU per message (whole variant run, this process also runs the broker's client${name === 'sqs' || name === 'servicebus' || name === 'pubsub' ? ' and its in-process emulator' : ''}): raw ${cpuOf('raw')} µs, marker by hand ${cpuOf(markerKey)} µs, Oncely ${cpuOf('oncely')} µs, Oncely batch ${cpuOf('oncely batch')} µs. With the machine's 2 cores shared by PostgreSQL, the broker emulator and this process, the variant using the most CPU per message is the slowest whenever the run is CPU-bound.${perMessageAttempts}${noPolicyNote} A batch (size ${r.settings.batch}, batchHandler: one INSERT for its rows) is about four round trips for up to ${r.settings.batch} messages, but it only fills from the messages in flight (${r.settings.batchConcurrency ?? r.settings.concurrency}), and every message still costs its receive, lease and settlement on the broker and the core's per-delivery CPU: where those are the bottleneck, fewer round trips do not show.${batchBound}`,
+      `${r.broker}: ${misses.map((v) => `${v} runs at ${formatRatio(1 / vs(v))} the rate of the raw loop with the marker transaction by hand (target ≥ ${v === 'oncely batch' ? 3 : 0.9}×): **missed**`).join('; ')}. Decomposition, same run: the raw loop alone ${rate(r.summary.raw.perSecond)}/s, ${markerKey === 'raw+tx' ? '' : `with a bare transaction ${rate(r.summary['raw+tx'].perSecond)}/s, `}with the marker by hand ${rate(r.summary[markerKey].perSecond)}/s, Oncely ${rate(r.summary.oncely.perSecond)}/s, Oncely batch ${rate(r.summary['oncely batch'].perSecond)}/s; Node CPU per message (from the first message in hand to the last one done, as the clock; this process also runs the broker's client${name === 'sqs' || name === 'servicebus' || name === 'pubsub' ? ' and its in-process emulator' : ''}): raw ${cpuOf('raw')} µs, marker by hand ${cpuOf(markerKey)} µs, Oncely ${cpuOf('oncely')} µs, Oncely batch ${cpuOf('oncely batch')} µs. With the machine's 2 cores shared by PostgreSQL, the broker emulator and this process, the variant using the most CPU per message is the slowest whenever the run is CPU-bound.${perMessageAttempts}${noPolicyNote} A batch (size ${r.settings.batch}, batchHandler: one INSERT for its rows) is about four round trips for up to ${r.settings.batch} messages, but it only fills from the messages in flight (${r.settings.batchConcurrency ?? r.settings.concurrency}), and every message still costs its receive, lease and settlement on the broker and the core's per-delivery CPU: where those are the bottleneck, fewer round trips do not show.${cpuBudget}${batchBound}`,
     );
   }
   const rmq = results.rabbitmq;

@@ -12,6 +12,29 @@
 import { medianRatio, summarise } from './common.mjs';
 import { formatMs, formatRate, formatRatio, LatencyRecorder } from './stats.mjs';
 
+/**
+ * The CPU this process uses (user + system, all threads) over the same window as the
+ * clock: from `start()` (the first message in hand; later calls do nothing) to `stop()`.
+ * Filling the queue before it and stopping the consumer after it are left out, as they
+ * are from the rate; the in-process emulator's work for the messages is counted.
+ */
+export function cpuWindow() {
+  let before;
+  let used;
+  return {
+    start() {
+      before ??= process.cpuUsage();
+    },
+    stop() {
+      if (before && !used) used = process.cpuUsage(before);
+    },
+    /** µs per message, once stopped. */
+    perOp(ops) {
+      return used ? (used.user + used.system) / ops : undefined;
+    },
+  };
+}
+
 /** How long one variant may take before the round is declared stuck. */
 const ROUND_DEADLINE_MS = 120_000;
 
@@ -31,9 +54,11 @@ export async function measureConsumer(consumer, total) {
     finish = resolve;
   });
   let started;
+  const cpu = cpuWindow();
   consumer.on('received', (event) => {
     const now = performance.now();
     started ??= now;
+    cpu.start();
     receivedAt.set(event.messageId, now);
   });
   const settled = (event) => {
@@ -42,7 +67,10 @@ export async function measureConsumer(consumer, total) {
       latency.record(performance.now() - at);
       receivedAt.delete(event.messageId);
     }
-    if (++done === total) finish();
+    if (++done === total) {
+      cpu.stop();
+      finish();
+    }
   };
   consumer.on('processed', settled);
   consumer.on('duplicate', settled);
@@ -57,7 +85,13 @@ export async function measureConsumer(consumer, total) {
   const elapsedMs = performance.now() - started;
   await consumer.stop();
   if (failures > 0) throw new Error(`${failures} failures during the Oncely run; last: ${String(lastError)}`);
-  return { ops: total, elapsedMs, perSecond: total / (elapsedMs / 1000), latency };
+  return {
+    ops: total,
+    elapsedMs,
+    perSecond: total / (elapsedMs / 1000),
+    latency,
+    cpuUsPerOp: cpu.perOp(total),
+  };
 }
 
 /**
@@ -72,6 +106,7 @@ export async function slotLoop({ concurrency, total, receive, handle }) {
   let wake;
   let failure;
   let started;
+  const cpu = cpuWindow();
   const run = async () => {
     while (done + inFlight < total && failure === undefined) {
       if (inFlight >= concurrency) {
@@ -82,7 +117,10 @@ export async function slotLoop({ concurrency, total, receive, handle }) {
       }
       const batch = await receive(Math.min(concurrency - inFlight, total - done - inFlight));
       const fetchedAt = performance.now();
-      if (batch.length > 0) started ??= fetchedAt;
+      if (batch.length > 0) {
+        started ??= fetchedAt;
+        cpu.start();
+      }
       for (const message of batch) {
         inFlight++;
         handle(message).then(
@@ -107,9 +145,16 @@ export async function slotLoop({ concurrency, total, receive, handle }) {
     }
   };
   await withDeadline(run(), () => `${done} of ${total} done`);
+  cpu.stop();
   if (failure !== undefined) throw failure;
   const elapsedMs = performance.now() - started;
-  return { ops: total, elapsedMs, perSecond: total / (elapsedMs / 1000), latency };
+  return {
+    ops: total,
+    elapsedMs,
+    perSecond: total / (elapsedMs / 1000),
+    latency,
+    cpuUsPerOp: cpu.perOp(total),
+  };
 }
 
 export async function withDeadline(promise, describe) {

@@ -35,6 +35,7 @@ import { createPubSubConsumer } from '@oncely/pubsub';
 import pg from 'pg';
 import {
   brokerResult,
+  cpuWindow,
   measureConsumer,
   printBrokerTable,
   warmStore,
@@ -161,12 +162,14 @@ async function rawLoop(withTransaction, total = N) {
     let finishedAt;
     // From the first message in hand, as measureConsumer times Oncely (bench/lib/brokerBench.mjs).
     let started;
+    const cpu = cpuWindow();
     let fail;
     const finished = new Promise((resolve, reject) => {
       fail = reject;
       subscription.on('message', async (message) => {
         const receivedAt = performance.now();
         started ??= receivedAt;
+        cpu.start();
         try {
           const body = JSON.parse(message.data.toString('utf8'));
           if (transaction) await transaction(name, message.attributes['message-id'], body.orderId);
@@ -174,6 +177,7 @@ async function rawLoop(withTransaction, total = N) {
           latency.record(performance.now() - receivedAt);
           if (++done === total) {
             finishedAt = performance.now();
+            cpu.stop();
             resolve();
           }
         } catch (error) {
@@ -184,7 +188,13 @@ async function rawLoop(withTransaction, total = N) {
     });
     await withDeadline(finished, () => `${done} of ${total}`);
     const elapsedMs = finishedAt - started;
-    return { ops: done, elapsedMs, perSecond: done / (elapsedMs / 1000), latency };
+    return {
+      ops: done,
+      elapsedMs,
+      perSecond: done / (elapsedMs / 1000),
+      latency,
+      cpuUsPerOp: cpu.perOp(done),
+    };
   } finally {
     await subscription.close();
     await pool?.end();

@@ -31,6 +31,7 @@ import { createSqsConsumer } from '@oncely/sqs';
 import { startFauxqs } from 'fauxqs';
 import {
   brokerResult,
+  cpuWindow,
   measureConsumer,
   printBrokerTable,
   warmStore,
@@ -119,6 +120,7 @@ async function rawLoop(mode, total = N) {
     const stop = new AbortController();
     // From the first message in hand, as measureConsumer times Oncely (bench/lib/brokerBench.mjs).
     let started;
+    const cpu = cpuWindow();
     const poller = async () => {
       while (done < total) {
         let received;
@@ -140,6 +142,7 @@ async function rawLoop(mode, total = N) {
         if (Messages.length === 0) continue;
         const fetchedAt = performance.now();
         started ??= fetchedAt;
+        cpu.start();
         await Promise.all(
           Messages.map(async (message) => {
             const body = JSON.parse(message.Body);
@@ -159,13 +162,20 @@ async function rawLoop(mode, total = N) {
         done += Messages.length;
         if (done >= total) {
           finishedAt ??= now;
+          cpu.stop();
           stop.abort();
         }
       }
     };
     await withDeadline(Promise.all(Array.from({ length: pollers }, poller)), () => `${done} of ${total}`);
     const elapsedMs = finishedAt - started;
-    return { ops: done, elapsedMs, perSecond: done / (elapsedMs / 1000), latency };
+    return {
+      ops: done,
+      elapsedMs,
+      perSecond: done / (elapsedMs / 1000),
+      latency,
+      cpuUsPerOp: cpu.perOp(done),
+    };
   } finally {
     await pool?.end();
   }
