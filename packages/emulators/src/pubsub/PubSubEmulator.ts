@@ -1107,7 +1107,9 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       const taken = batches.get(receiver)?.length ?? 0;
       if ('call' in receiver) {
         if (receiver.closed) return false;
-        const count = receiver.outstanding.size + taken;
+        // Includes the messages leased in this pass (lease() adds them): counting `taken`
+        // again sent a stream half its max_outstanding_messages.
+        const count = receiver.outstanding.size;
         if (taken >= MAX_MESSAGES_PER_RESPONSE) return false;
         if (receiver.maxMessages > 0 && count >= receiver.maxMessages) return false;
         // A stream with nothing out always takes one message, however large.

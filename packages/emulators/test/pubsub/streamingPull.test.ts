@@ -92,3 +92,34 @@ it('honours max_outstanding_bytes: a stream with nothing out still takes one lar
   stream.end();
   await client.close();
 });
+
+// Counting the messages leased in the same pass twice (once as outstanding, once as
+// taken) sent a stream about half of its max_outstanding_messages when several were ready
+// at once: under flow control every consumer on the emulator ran with half its places.
+it('fills max_outstanding_messages in one pass when enough messages are ready', async () => {
+  const [topic] = await pubsub.createTopic(uniqueName('topic'));
+  const [subscription] = await topic.createSubscription(uniqueName('sub'));
+  for (let n = 0; n < 6; n++) await topic.publishMessage({ data: Buffer.from(String(n)) });
+  const client = subscriberClientFor(emulator);
+  const stream = client.streamingPull();
+  const received: Array<{ ackId?: string }> = [];
+  const sizes: number[] = [];
+  stream.on('data', (response: Response) => {
+    if (response.receivedMessages?.length) sizes.push(response.receivedMessages.length);
+    received.push(...(response.receivedMessages ?? []));
+  });
+  stream.on('error', () => {});
+  stream.write({ subscription: subscription.name, streamAckDeadlineSeconds: 10, maxOutstandingMessages: 4 });
+  await waitFor(() => received.length >= 4);
+  // One pass sends what fits: not 2, then the rest at the next ticks.
+  expect(sizes[0]).toBe(4);
+  const view = () => emulator.inspectSubscription(subscription.name)!;
+  expect(view().outstanding).toBe(4);
+  expect(view().ready).toBe(2);
+  stream.write({ ackIds: received.map((m) => m.ackId) });
+  await waitFor(() => received.length === 6);
+  stream.write({ ackIds: received.slice(4).map((m) => m.ackId) });
+  await waitFor(() => view().messages.length === 0);
+  stream.end();
+  await client.close();
+});
