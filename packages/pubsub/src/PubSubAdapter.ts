@@ -228,7 +228,10 @@ export class PubSubAdapter implements BrokerAdapter {
     clearTimeout(this.reopenTimer);
     const closing = this.subscription?.close();
     const queued = this.queue.splice(0);
-    await Promise.allSettled(queued.map((delivery) => this.settlement.modAck(delivery.ackId, 0)));
+    const handedBack = queued.map((delivery) => this.settlement.modAck(delivery.ackId, 0));
+    // Nothing else is coming to share their request.
+    this.settlement.flushNow();
+    await Promise.allSettled(handedBack);
     await closing?.catch((error: unknown) =>
       this.log.warn('pubsub: closing the subscriber failed', { error }),
     );

@@ -345,4 +345,65 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
       await store.close();
     }
   });
+
+  // stop() hands back what was received but never dispatched (ModifyAckDeadline 0) and
+  // waits for the service's answer: those nacks must not wait out the window either.
+  it('hands back the messages that never got a slot at once on stop, not after the window', async () => {
+    const schema = `oncely_pubsub_nacks_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
+    const store = new PostgresStore({ connectionString: DATABASE_URL, schema, logger: silentLogger });
+    await store.migrate();
+    const [topic] = await pubsub.createTopic(unique('stop-nacks'));
+    topic.setPublishOptions({ messageOrdering: true });
+    const [subscription] = await topic.createSubscription(unique('stop-nacks-sub'), {
+      ackDeadlineSeconds: 60,
+      enableMessageOrdering: true,
+    });
+    const broker = {
+      type: 'pubsub' as const,
+      projectId: PROJECT,
+      apiEndpoint: emulator.address,
+      subscription: subscription.name,
+    };
+    const adapter = createAdapter(broker, { consumerName: 'stop-nacks', log, settlementWindowMs: 120_000 });
+    const started = new Latch();
+    const finish = new Latch();
+    const consumer = new Consumer(
+      {
+        name: 'stop-nacks',
+        broker,
+        store,
+        logger: log,
+        concurrency: 2,
+        handler: async () => {
+          started.open();
+          await finish.wait();
+        },
+      },
+      adapter,
+    );
+    const view = () => emulator.inspectSubscription(subscription.name)!;
+    try {
+      // One ordering key: both go out together, and the second waits in the adapter
+      // until the first is done.
+      await publishWithId(topic, { id: 'running', body: {}, orderingKey: 'k' });
+      await publishWithId(topic, { id: 'waiting', body: {}, orderingKey: 'k' });
+      await consumer.start();
+      await started.wait();
+      await waitFor(() => view().outstanding === 2, { description: 'both messages out' });
+      const stopped = consumer.stop();
+      // The nack of 'waiting' reaches the service while 'running' still runs.
+      await waitFor(() => view().outstanding === 1, {
+        timeoutMs: 20_000,
+        description: "'waiting' handed back long before the 120 s window",
+      });
+      finish.open();
+      await stopped;
+      expect(view().messages.map((m) => m.state)).toEqual(['ready']);
+    } finally {
+      finish.open();
+      await consumer.stop();
+      await store.transaction((tx) => tx.query(`DROP SCHEMA "${schema}" CASCADE`)).catch(() => {});
+      await store.close();
+    }
+  });
 });
