@@ -428,16 +428,20 @@ function sdkCeiling(summary, markerKey) {
 
 /**
  * The CPU a missed batch target asks of this process: at 3× the marker loop's rate, the
- * cores Oncely batch would use at its measured CPU per message. Its JavaScript, the
- * broker's client's and (in process) the emulator's share one thread.
+ * cores Oncely batch would use at its measured CPU per message, against the cores the
+ * broker's SDK loop with no database used at its own rate (the most this process was seen
+ * to spend on the broker alone).
  */
 function batchCpuBudget(summary, markerKey, name) {
   const targetRate = 3 * summary[markerKey].perSecond;
   const batchCpu = summary['oncely batch']?.cpuUsPerOp;
-  if (batchCpu === undefined) return '';
-  const cores = (batchCpu * targetRate) / 1e6;
+  const rawCpu = summary.raw?.cpuUsPerOp;
+  if (batchCpu === undefined || rawCpu === undefined) return '';
+  const atTarget = (batchCpu * targetRate) / 1e6;
+  const rawCores = (rawCpu * summary.raw.perSecond) / 1e6;
   const inProcess = name === 'sqs' || name === 'servicebus' || name === 'pubsub';
-  return ` CPU at the target: 3× the hand-written loop is ${rate(targetRate)}/s; at Oncely batch's measured ${batchCpu.toFixed(0)} µs per message that is ${cores.toFixed(2)} cores of this process alone, whose JavaScript (Oncely's, the broker client's${inProcess ? " and the in-process emulator's" : ''}) runs on one thread, on a machine of 2 cores that also runs PostgreSQL${cores >= 1 ? ': more than a whole core' : ''}.`;
+  const pct = (perSecond) => `${Math.round((100 * perSecond) / summary.raw.perSecond)} %`;
+  return ` The target, 3× the hand-written loop (${rate(targetRate)}/s), is ${pct(targetRate)} of the rate of the SDK loop with no database (${rate(summary.raw.perSecond)}/s); Oncely batch ran at ${pct(summary['oncely batch'].perSecond)} of it. CPU at the target: at Oncely batch's measured ${batchCpu.toFixed(0)} µs per message that is ${atTarget.toFixed(2)} cores of this process (Oncely's JavaScript, the broker client's${inProcess ? " and the in-process emulator's share one thread" : ''}), ${atTarget > rawCores ? 'more' : 'less'} than that SDK loop used at its own rate (${rawCpu.toFixed(0)} µs per message: ${rawCores.toFixed(2)} cores), on a machine of 2 cores that also runs PostgreSQL.`;
 }
 
 function failed(name, result, out) {
