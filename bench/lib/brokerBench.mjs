@@ -35,6 +35,11 @@ export function cpuWindow() {
   };
 }
 
+/** One variant's round: `ops` messages in `elapsedMs`, their latencies and `cpu` (a cpuWindow). */
+export function roundResult(ops, elapsedMs, latency, cpu) {
+  return { ops, elapsedMs, perSecond: ops / (elapsedMs / 1000), latency, cpuUsPerOp: cpu.perOp(ops) };
+}
+
 /** How long one variant may take before the round is declared stuck. */
 const ROUND_DEADLINE_MS = 120_000;
 
@@ -85,13 +90,7 @@ export async function measureConsumer(consumer, total) {
   const elapsedMs = performance.now() - started;
   await consumer.stop();
   if (failures > 0) throw new Error(`${failures} failures during the Oncely run; last: ${String(lastError)}`);
-  return {
-    ops: total,
-    elapsedMs,
-    perSecond: total / (elapsedMs / 1000),
-    latency,
-    cpuUsPerOp: cpu.perOp(total),
-  };
+  return roundResult(total, elapsedMs, latency, cpu);
 }
 
 /**
@@ -148,13 +147,7 @@ export async function slotLoop({ concurrency, total, receive, handle }) {
   cpu.stop();
   if (failure !== undefined) throw failure;
   const elapsedMs = performance.now() - started;
-  return {
-    ops: total,
-    elapsedMs,
-    perSecond: total / (elapsedMs / 1000),
-    latency,
-    cpuUsPerOp: cpu.perOp(total),
-  };
+  return roundResult(total, elapsedMs, latency, cpu);
 }
 
 export async function withDeadline(promise, describe) {

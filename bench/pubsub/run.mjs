@@ -38,6 +38,7 @@ import {
   cpuWindow,
   measureConsumer,
   printBrokerTable,
+  roundResult,
   warmStore,
   withDeadline,
 } from '../lib/brokerBench.mjs';
@@ -188,13 +189,7 @@ async function rawLoop(withTransaction, total = N) {
     });
     await withDeadline(finished, () => `${done} of ${total}`);
     const elapsedMs = finishedAt - started;
-    return {
-      ops: done,
-      elapsedMs,
-      perSecond: done / (elapsedMs / 1000),
-      latency,
-      cpuUsPerOp: cpu.perOp(done),
-    };
+    return roundResult(done, elapsedMs, latency, cpu);
   } finally {
     await subscription.close();
     await pool?.end();

@@ -34,6 +34,7 @@ import {
   cpuWindow,
   measureConsumer,
   printBrokerTable,
+  roundResult,
   warmStore,
   withDeadline,
 } from '../lib/brokerBench.mjs';
@@ -169,13 +170,7 @@ async function rawLoop(mode, total = N) {
     };
     await withDeadline(Promise.all(Array.from({ length: pollers }, poller)), () => `${done} of ${total}`);
     const elapsedMs = finishedAt - started;
-    return {
-      ops: done,
-      elapsedMs,
-      perSecond: done / (elapsedMs / 1000),
-      latency,
-      cpuUsPerOp: cpu.perOp(done),
-    };
+    return roundResult(done, elapsedMs, latency, cpu);
   } finally {
     await pool?.end();
   }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { type AddressInfo, createServer } from 'node:net';
-import type { PubSub } from '@google-cloud/pubsub';
+import type { CreateSubscriptionOptions, PubSub } from '@google-cloud/pubsub';
 import { Consumer, type ConsumerEvent, createConsumer, isOncelyError, silentLogger } from '@oncely/core';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
 import { PostgresStore } from '@oncely/postgres';
@@ -228,24 +228,42 @@ describe.skipIf(!hasPostgres)('createConsumer by broker type', () => {
 });
 
 describe.skipIf(!hasPostgres)('settlement batching', () => {
-  // Under flow control (at most `concurrency` messages outstanding) the service sends no
-  // more until acks arrive, so an ack that waits out its batch window holds the next
-  // message back: on the emulator the consumer ran at 0.83× a hand-written loop with the
-  // same 5 ms window, and at 2× it once the batch went as soon as nothing else could join.
-  it('holds an ack while another delivery runs, and sends the batch once the last one asks, not after the window', async () => {
-    const schema = `oncely_pubsub_acks_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
+  /**
+   * A migrated store and a new topic and subscription, with an adapter whose settlement
+   * window no test waits out (120 s): an ack sent before it passed was sent for another
+   * reason. `drop()` removes the store's schema and closes it.
+   */
+  async function windowFixture(label: string, subscriptionOptions: CreateSubscriptionOptions = {}) {
+    const schema = `oncely_pubsub_${label.replaceAll('-', '_')}_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
     const store = new PostgresStore({ connectionString: DATABASE_URL, schema, logger: silentLogger });
     await store.migrate();
-    const [topic] = await pubsub.createTopic(unique('acks'));
-    const [subscription] = await topic.createSubscription(unique('acks-sub'), { ackDeadlineSeconds: 60 });
+    const [topic] = await pubsub.createTopic(unique(label));
+    if (subscriptionOptions.enableMessageOrdering) topic.setPublishOptions({ messageOrdering: true });
+    const [subscription] = await topic.createSubscription(unique(`${label}-sub`), {
+      ackDeadlineSeconds: 60,
+      ...subscriptionOptions,
+    });
     const broker = {
       type: 'pubsub' as const,
       projectId: PROJECT,
       apiEndpoint: emulator.address,
       subscription: subscription.name,
     };
-    // A window no test waits out: an ack sent before it passed was sent for another reason.
-    const adapter = createAdapter(broker, { consumerName: 'acks', log, settlementWindowMs: 120_000 });
+    const adapter = createAdapter(broker, { consumerName: label, log, settlementWindowMs: 120_000 });
+    const view = () => emulator.inspectSubscription(subscription.name)!;
+    const drop = async () => {
+      await store.transaction((tx) => tx.query(`DROP SCHEMA "${schema}" CASCADE`)).catch(() => {});
+      await store.close();
+    };
+    return { store, topic, broker, adapter, view, drop };
+  }
+
+  // Under flow control (at most `concurrency` messages outstanding) the service sends no
+  // more until acks arrive, so an ack that waits out its batch window holds the next
+  // message back: on the emulator the consumer ran at 0.83× a hand-written loop with the
+  // same 5 ms window, and at 2× it once the batch went as soon as nothing else could join.
+  it('holds an ack while another delivery runs, and sends the batch once the last one asks, not after the window', async () => {
+    const { store, topic, broker, adapter, view, drop } = await windowFixture('acks');
     const slowStarted = new Latch();
     const finishSlow = new Latch();
     const processed: string[] = [];
@@ -265,7 +283,6 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
       adapter,
     );
     consumer.on('processed', (event) => processed.push(event.messageId!));
-    const view = () => emulator.inspectSubscription(subscription.name)!;
     try {
       await consumer.start();
       await publishWithId(topic, { id: 'slow', body: {} });
@@ -284,8 +301,7 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
     } finally {
       finishSlow.open();
       await consumer.stop();
-      await store.transaction((tx) => tx.query(`DROP SCHEMA "${schema}" CASCADE`)).catch(() => {});
-      await store.close();
+      await drop();
     }
   });
 
@@ -294,20 +310,7 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
   // batch that waited for them waited out its window every time (on the emulator, half of
   // each cycle of the batch bench: 2.3× the hand-written loop instead of 3×).
   it('sends a committed batch its acks while the next batch waits to fill, not after the window', async () => {
-    const schema = `oncely_pubsub_backs_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
-    const store = new PostgresStore({ connectionString: DATABASE_URL, schema, logger: silentLogger });
-    await store.migrate();
-    const [topic] = await pubsub.createTopic(unique('batch-acks'));
-    const [subscription] = await topic.createSubscription(unique('batch-acks-sub'), {
-      ackDeadlineSeconds: 60,
-    });
-    const broker = {
-      type: 'pubsub' as const,
-      projectId: PROJECT,
-      apiEndpoint: emulator.address,
-      subscription: subscription.name,
-    };
-    const adapter = createAdapter(broker, { consumerName: 'batch-acks', log, settlementWindowMs: 120_000 });
+    const { store, topic, broker, adapter, view, drop } = await windowFixture('batch-acks');
     const processed: string[] = [];
     const consumer = new Consumer(
       {
@@ -323,7 +326,6 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
       adapter,
     );
     consumer.on('processed', (event) => processed.push(event.messageId!));
-    const view = () => emulator.inspectSubscription(subscription.name)!;
     try {
       // Five at once: four fill a batch, the fifth waits in the core for three more.
       for (const id of ['m1', 'm2', 'm3', 'm4', 'm5']) await publishWithId(topic, { id, body: {} });
@@ -341,30 +343,16 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
       expect(view().messages).toHaveLength(0);
     } finally {
       await consumer.stop();
-      await store.transaction((tx) => tx.query(`DROP SCHEMA "${schema}" CASCADE`)).catch(() => {});
-      await store.close();
+      await drop();
     }
   });
 
   // stop() hands back what was received but never dispatched (ModifyAckDeadline 0) and
   // waits for the service's answer: those nacks must not wait out the window either.
   it('hands back the messages that never got a slot at once on stop, not after the window', async () => {
-    const schema = `oncely_pubsub_nacks_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
-    const store = new PostgresStore({ connectionString: DATABASE_URL, schema, logger: silentLogger });
-    await store.migrate();
-    const [topic] = await pubsub.createTopic(unique('stop-nacks'));
-    topic.setPublishOptions({ messageOrdering: true });
-    const [subscription] = await topic.createSubscription(unique('stop-nacks-sub'), {
-      ackDeadlineSeconds: 60,
+    const { store, topic, broker, adapter, view, drop } = await windowFixture('stop-nacks', {
       enableMessageOrdering: true,
     });
-    const broker = {
-      type: 'pubsub' as const,
-      projectId: PROJECT,
-      apiEndpoint: emulator.address,
-      subscription: subscription.name,
-    };
-    const adapter = createAdapter(broker, { consumerName: 'stop-nacks', log, settlementWindowMs: 120_000 });
     const started = new Latch();
     const finish = new Latch();
     const consumer = new Consumer(
@@ -381,7 +369,6 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
       },
       adapter,
     );
-    const view = () => emulator.inspectSubscription(subscription.name)!;
     try {
       // One ordering key: both go out together, and the second waits in the adapter
       // until the first is done.
@@ -402,8 +389,7 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
     } finally {
       finish.open();
       await consumer.stop();
-      await store.transaction((tx) => tx.query(`DROP SCHEMA "${schema}" CASCADE`)).catch(() => {});
-      await store.close();
+      await drop();
     }
   });
 });
