@@ -27,3 +27,26 @@ export function retryDelayMs(
   const base = Math.min(maxMs, initialMs * multiplier ** Math.max(0, attempt - 1));
   return Math.min(maxMs, Math.round(base + base * jitter * random()));
 }
+
+/**
+ * Waits `ms`, or less when `signal` aborts (stop): an adapter's pause between polls or
+ * after a broker error, which must not hold up a stop. Never rejects; the timer and the
+ * listener are both gone once it resolves.
+ *
+ * @example
+ * ```ts
+ * await pauseUnlessAborted(retryDelayMs(failures, { initialMs: 100, maxMs: 5000 }), runtime.stopping);
+ * ```
+ */
+export function pauseUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

@@ -1,4 +1,4 @@
-export { DEFAULT_BACKOFF, retryDelayMs } from './backoff.js';
+export { DEFAULT_BACKOFF, pauseUnlessAborted, retryDelayMs } from './backoff.js';
 export { decodeBody } from './body.js';
 export { Consumer } from './Consumer.js';
 export type { LoadConfigOptions, LoadedConfig } from './config.js';

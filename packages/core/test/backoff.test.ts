@@ -1,6 +1,7 @@
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import type { Envelope } from '../src/index.js';
-import { describeIdStrategy, resolveMessageId, retryDelayMs } from '../src/index.js';
+import { describeIdStrategy, pauseUnlessAborted, resolveMessageId, retryDelayMs } from '../src/index.js';
 
 describe('retryDelayMs', () => {
   it('grows exponentially, never below the configured delay, capped at maxMs', () => {
@@ -50,5 +51,28 @@ describe('resolveMessageId', () => {
   it('describes strategies for dead-letter reasons', () => {
     expect(describeIdStrategy({ attribute: 'message-id' })).toBe("attribute 'message-id'");
     expect(describeIdStrategy('broker')).toBe("'broker'");
+  });
+});
+
+describe('pauseUnlessAborted', () => {
+  it('waits its time, and leaves no listener on the signal', async () => {
+    const controller = new AbortController();
+    let done = false;
+    const pause = pauseUnlessAborted(30, controller.signal).then(() => {
+      done = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(done).toBe(false);
+    await pause;
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+  });
+
+  it('ends at once when the signal aborts, and resolves on a signal aborted before', async () => {
+    const controller = new AbortController();
+    const pause = pauseUnlessAborted(60_000, controller.signal);
+    controller.abort();
+    await pause;
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    await pauseUnlessAborted(60_000, controller.signal);
   });
 });

@@ -10,6 +10,7 @@ import {
   type IdStrategy,
   isOncelyError,
   type Logger,
+  pauseUnlessAborted,
 } from '@oncely/core';
 import { type ResolvedMemoryConfig, resolveMemoryConfig } from './config.js';
 import { MESSAGE_ID_ATTRIBUTE } from './MemoryBroker.js';
@@ -116,7 +117,7 @@ export class MemoryAdapter implements BrokerAdapter {
         }
         runtime.reportError(error, `receive from memory queue '${queue}' failed`);
         failures++;
-        await sleep(Math.min(RECEIVE_RETRY_MAX_MS, 50 * 2 ** failures), this.stopped.signal);
+        await pauseUnlessAborted(Math.min(RECEIVE_RETRY_MAX_MS, 50 * 2 ** failures), this.stopped.signal);
         continue;
       } finally {
         if (this.poll === poll) this.poll = undefined;
@@ -172,17 +173,4 @@ export function createAdapter(
   options: { consumerName: string; log: Logger },
 ): BrokerAdapter {
   return new MemoryAdapter(resolveMemoryConfig(brokerConfig), options.log);
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

@@ -16,6 +16,7 @@ import {
   type IdStrategy,
   isOncelyError,
   type Logger,
+  pauseUnlessAborted,
   type SettlementInfo,
 } from '@oncely/core';
 import { DispositionGate } from './DispositionGate.js';
@@ -246,7 +247,7 @@ export class ServiceBusAdapter implements BrokerAdapter {
         failures++;
         flowing = false;
         runtime.reportError(error, 'receiveMessages failed; receiving again after a pause');
-        await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), this.halt.signal);
+        await pauseUnlessAborted(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), this.halt.signal);
         continue;
       }
       for (const message of messages) void this.accept(runtime, message, host);
@@ -280,7 +281,10 @@ export class ServiceBusAdapter implements BrokerAdapter {
           failures++;
           runtime.reportError(error, 'acceptNextSession failed; trying again after a pause');
         }
-        await sleep(failures === 0 ? 50 : Math.min(5000, 100 * 2 ** Math.min(failures, 6)), this.halt.signal);
+        await pauseUnlessAborted(
+          failures === 0 ? 50 : Math.min(5000, 100 * 2 ** Math.min(failures, 6)),
+          this.halt.signal,
+        );
         continue;
       }
       this.sessionReceivers.add(receiver);
@@ -452,7 +456,7 @@ export class ServiceBusAdapter implements BrokerAdapter {
     if (delayMs <= 0) return abandon();
     if (!this.sender || isSession) {
       // The lease keeper renews the lock while we wait (the settlement is not done yet).
-      await sleep(delayMs, this.halt.signal);
+      await pauseUnlessAborted(delayMs, this.halt.signal);
       return abandon();
     }
     const attempts = info?.attempt ?? delivery.envelope.deliveryCount ?? 1;
@@ -569,17 +573,4 @@ export function retryCopy(delivery: ServiceBusDelivery, attempts: number): AmqpA
     applicationProperties: properties,
     messageAnnotations: annotations,
   };
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

@@ -9,6 +9,7 @@ import {
   type IdStrategy,
   isOncelyError,
   type Logger,
+  pauseUnlessAborted,
 } from '@oncely/core';
 import { isCredentialError, SqsOperationError } from './errors.js';
 import { GroupSequencer } from './GroupSequencer.js';
@@ -324,7 +325,7 @@ export class SqsAdapter implements BrokerAdapter {
           error,
           `ReceiveMessage failed${credentials ? ' (credentials refused)' : ''}; polling again in ${pause} ms`,
         );
-        await sleep(pause, runtime.stopping);
+        await pauseUnlessAborted(pause, runtime.stopping);
         continue;
       } finally {
         if (this.poll === poll) this.poll = undefined;
@@ -338,7 +339,7 @@ export class SqsAdapter implements BrokerAdapter {
       for (const message of messages) this.accept(message, requestedAt, respondedAt);
       // Nothing there: pause before asking again (a short poll would otherwise spin).
       if (messages.length === 0 && this.settings.pollingWaitTimeMs > 0) {
-        await sleep(this.settings.pollingWaitTimeMs, runtime.stopping);
+        await pauseUnlessAborted(this.settings.pollingWaitTimeMs, runtime.stopping);
       }
     }
   }
@@ -650,17 +651,4 @@ function withIdAttribute(names: string[], strategy: IdStrategy): string[] {
   if (names.includes('All') || names.includes('.*')) return ['All'];
   if (typeof strategy !== 'object' || names.includes(strategy.attribute)) return names;
   return [...names, strategy.attribute];
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
