@@ -54,11 +54,11 @@ import {
 import {
   benchHandlers,
   benchPool,
-  businessInsert,
   createBenchSchema,
   dropSchema,
   fillPool,
   handMarkersDdl,
+  markerTransaction,
 } from '../lib/pg.mjs';
 import { LatencyRecorder } from '../lib/stats.mjs';
 
@@ -122,28 +122,6 @@ async function filledSubscription(variant, count, { deadLetterPolicy = true } = 
   return subscription.name;
 }
 
-/** The marker transaction a user writes by hand (the same statements Oncely's store sends, roughly). */
-function handMarkerTransaction(pool) {
-  const insert = businessInsert(schema);
-  const marker = `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
-  return async (consumer, messageId, orderId) => {
-    const client = await pool.connect();
-    try {
-      await client.query('BEGIN');
-      try {
-        const claimed = await client.query(marker, [consumer, messageId]);
-        if (claimed.rowCount === 1) await client.query(insert, [orderId, 40]);
-        await client.query('COMMIT');
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => {});
-        throw error;
-      }
-    } finally {
-      client.release();
-    }
-  };
-}
-
 async function rawLoop(withTransaction, total = N) {
   const name = await filledSubscription(withTransaction ? 'raw-tx' : 'raw', total);
   const pool = withTransaction ? benchPool(CONCURRENCY) : undefined;
@@ -157,7 +135,7 @@ async function rawLoop(withTransaction, total = N) {
   });
   try {
     if (pool) await fillPool(pool, CONCURRENCY);
-    const transaction = pool ? handMarkerTransaction(pool) : undefined;
+    const transaction = pool ? markerTransaction(pool, schema, name) : undefined;
     const latency = new LatencyRecorder(total);
     let done = 0;
     let finishedAt;
@@ -173,7 +151,7 @@ async function rawLoop(withTransaction, total = N) {
         cpu.start();
         try {
           const body = JSON.parse(message.data.toString('utf8'));
-          if (transaction) await transaction(name, message.attributes['message-id'], body.orderId);
+          if (transaction) await transaction(message.attributes['message-id'], body.orderId);
           message.ack();
           latency.record(performance.now() - receivedAt);
           if (++done === total) {

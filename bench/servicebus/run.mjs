@@ -43,12 +43,12 @@ import {
   bareTransaction,
   benchHandlers,
   benchPool,
-  businessInsert,
   countAttempts,
   createBenchSchema,
   dropSchema,
   fillPool,
   handMarkersDdl,
+  markerTransaction,
 } from '../lib/pg.mjs';
 import { formatRatio } from '../lib/stats.mjs';
 
@@ -110,28 +110,6 @@ async function filledQueue(variant, count) {
   return name;
 }
 
-/** The marker transaction written by hand (3 statements + BEGIN/COMMIT on a pooled client). */
-function markerTransaction(pool, consumer) {
-  const insert = businessInsert(schema);
-  const mark = `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
-  return async (messageId, orderId) => {
-    const db = await pool.connect();
-    try {
-      await db.query('BEGIN');
-      try {
-        const claimed = await db.query(mark, [consumer, messageId]);
-        if (claimed.rowCount === 1) await db.query(insert, [orderId, 40]);
-        await db.query('COMMIT');
-      } catch (error) {
-        await db.query('ROLLBACK').catch(() => {});
-        throw error;
-      }
-    } finally {
-      db.release();
-    }
-  };
-}
-
 async function rawLoop(mode, total = N) {
   const queue = await filledQueue(`raw-${mode}`, total);
   const pool = mode === 'plain' ? undefined : benchPool(CONCURRENCY);
@@ -142,7 +120,7 @@ async function rawLoop(mode, total = N) {
       mode === 'tx'
         ? bareTransaction(pool, schema)
         : mode === 'marker'
-          ? markerTransaction(pool, `raw-${tag}`)
+          ? markerTransaction(pool, schema, `raw-${tag}`)
           : undefined;
     return await slotLoop({
       concurrency: CONCURRENCY,
