@@ -1,5 +1,5 @@
 import type { ConsumerConfig, ConsumerEvent, ConsumerEventName, Handler, SqlClient } from '@oncely/core';
-import { Consumer, HandlerTimeoutError, LeaseLostError } from '@oncely/core';
+import { Consumer, HandlerTimeoutError, LeaseLostError, StoreUnavailableError } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
 import { Latch } from '@oncely/testkit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -361,6 +361,35 @@ describe('pipeline (batch)', () => {
       await stopped;
       expect(await settlement).toEqual({ kind: 'ack' });
       expect(await effectCount('late-joiner')).toBe(1);
+    } finally {
+      store.recordAttempt = recordAttempt;
+    }
+  });
+
+  // The up-front count of a redelivery is its own commit. When that commit lands and its
+  // answer is lost (the connection drops), the core waits out the outage and sends the
+  // count again: one run counted twice, a message dead-lettered a run early.
+  it('counts a run once when the answer of its count was lost and the count is sent again', async () => {
+    const recordAttempt = store.recordAttempt.bind(store);
+    let lost = 0;
+    store.recordAttempt = async (...args) => {
+      const count = await recordAttempt(...args);
+      // The store's own error for a connection that dropped after the statement was sent.
+      if (lost++ === 0) throw new StoreUnavailableError('the answer of the count was lost');
+      return count;
+    };
+    try {
+      const attempts: number[] = [];
+      const { adapter, consumer } = await startConsumer({
+        handler: async (message, ctx) => {
+          attempts.push(message.deliveryAttempt);
+          await writeEffect(message, ctx);
+        },
+      });
+      expect(await adapter.deliver({ id: 'answer-lost', redelivered: true })).toEqual({ kind: 'ack' });
+      expect(lost, 'the count was sent again').toBe(2);
+      expect(attempts).toEqual([1]);
+      await consumer.stop();
     } finally {
       store.recordAttempt = recordAttempt;
     }

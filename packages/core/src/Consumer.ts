@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { EventEmitter, setMaxListeners } from 'node:events';
 import { Batcher, Gathering } from './Batcher.js';
 import { retryDelayMs } from './backoff.js';
@@ -152,7 +153,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    * Deliveries whose run was counted before it started (a possible redelivery, so a
    * crash must still count): a release takes the count back.
    */
-  private readonly countedRuns = new WeakMap<Delivery, MessageKey>();
+  /** Runs counted up front, by delivery: the key and the run's token (see attemptNumber()). */
+  private readonly countedRuns = new WeakMap<Delivery, CountedRun>();
   /** Present with the `batch` option: collects prepared deliveries into one transaction. */
   private readonly batcher: Batcher<Prepared<TBody>> | undefined;
 
@@ -621,32 +623,39 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    */
   private async attemptNumber(delivery: Delivery, key: MessageKey): Promise<number> {
     if (isFirstDelivery(delivery.envelope)) return 1;
-    const attempt = await this.countRun(key);
-    this.countedRuns.set(delivery, key);
-    return attempt;
+    // One token per run, on record before the count is sent: when the count's answer is
+    // lost and this runs again after the outage, the store counts the run once; when the
+    // run is released instead (the outage outlasted its hold), the take-back removes this
+    // run's count only if it landed.
+    let counted = this.countedRuns.get(delivery);
+    if (!counted) {
+      counted = { key, run: randomUUID() };
+      this.countedRuns.set(delivery, counted);
+    }
+    return this.countRun(counted);
   }
 
-  /** One more run on record for `key` (its own short commit); returns the new count. */
-  private countRun(key: MessageKey): Promise<number> {
-    return retryTransient(this.store, () => this.store.recordAttempt(key));
+  /** One more run on record (its own short commit); returns the new count. */
+  private countRun({ key, run }: CountedRun): Promise<number> {
+    return retryTransient(this.store, () => this.store.recordAttempt(key, run));
   }
 
   /** A failed run of a first delivery: counted now (a redelivery's run was counted up front). */
   private async countFailure(delivery: Delivery, event: ConsumerEvent): Promise<void> {
     if (this.countedRuns.has(delivery) || event.messageId === undefined) return;
     const key = { consumer: event.consumer, messageId: event.messageId };
-    await this.countRun(key).catch((error) =>
+    await this.countRun({ key, run: randomUUID() }).catch((error) =>
       this.log.warn('could not count a failed attempt', { ...event, error }),
     );
   }
 
   /** A counted run that did not fail (released, or backed off from a busy claim): uncount it. */
   private async uncount(delivery: Delivery, event: ConsumerEvent): Promise<void> {
-    const key = this.countedRuns.get(delivery);
-    if (!key) return;
+    const counted = this.countedRuns.get(delivery);
+    if (!counted) return;
     this.countedRuns.delete(delivery);
     try {
-      await this.store.forgetAttempt(key);
+      await this.store.forgetAttempt(counted.key, counted.run);
     } catch (error) {
       this.log.warn('could not take back the count of a released run', { ...event, error });
     }
@@ -660,11 +669,11 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    * delete stays until retention prunes it.
    */
   private async clearCount(delivery: Delivery, event: ConsumerEvent): Promise<void> {
-    const key = this.countedRuns.get(delivery);
-    if (!key || !this.store.clearAttempts) return;
+    const counted = this.countedRuns.get(delivery);
+    if (!counted || !this.store.clearAttempts) return;
     this.countedRuns.delete(delivery);
     try {
-      await this.store.clearAttempts(key);
+      await this.store.clearAttempts(counted.key);
     } catch (error) {
       this.log.debug('could not delete the attempt count of a processed message', { ...event, error });
     }
@@ -1274,6 +1283,12 @@ function batchMessage(entry: Prepared<unknown>): BatchMessage {
 function mayCommit(keeper: LeaseKeeper): void {
   if (isShutdown(keeper)) throw new ReleaseRequested();
   if (keeper.aborted && !(keeper.reason instanceof LeaseLostError)) throw keeper.reason;
+}
+
+/** A run counted up front: its message and the token the store knows it by. */
+interface CountedRun {
+  key: MessageKey;
+  run: string;
 }
 
 function errorText(error: unknown): string {

@@ -118,13 +118,15 @@ export interface IdempotencyStore<Tx = SqlClient> {
   /**
    * Advisory attempt counter (failed runs, and runs that may crash the process):
    * increments in its own short commit and returns the new count. Never a dedup gate.
+   * `run`, a token of the run counted: the same run sent again (its commit landed, its
+   * answer was lost) must not be counted twice; without one, every call counts.
    */
-  recordAttempt(key: MessageKey): Promise<number>;
+  recordAttempt(key: MessageKey, run?: string): Promise<number>;
   /**
    * Takes one count back (a run counted up front was released instead of failing). Never
-   * below zero.
+   * below zero. With `run`: only if that run is the one counted last, and only once.
    */
-  forgetAttempt(key: MessageKey): Promise<void>;
+  forgetAttempt(key: MessageKey, run?: string): Promise<void>;
   /**
    * Deletes the attempt counter of `key`: its message is done (its marker committed), so
    * the count has no further use. Optional: a store without it keeps the row until

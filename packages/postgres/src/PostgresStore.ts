@@ -476,28 +476,36 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    * Increments the advisory attempt counter of `key` in its own short commit and returns
    * the new count. The core counts failed runs and, up front, runs of possible
    * redeliveries (so a message that crashes the process still reaches `maxAttempts`).
-   * Never a dedup gate.
+   * `run`, a token of this run: sent again for the same run (its answer was lost), the
+   * count is not incremented twice. Never a dedup gate.
    * @example
    * ```ts
-   * const attempt = await store.recordAttempt({ consumer: 'payments', messageId: 'm-1' });
+   * const attempt = await store.recordAttempt({ consumer: 'payments', messageId: 'm-1' }, randomUUID());
    * ```
    */
-  recordAttempt(key: MessageKey): Promise<number> {
-    return this.attemptStatement(this.queries.recordAttempt, key, 'recordAttempt()').then((rows) =>
-      Number(rows[0]!.attempts),
-    );
+  recordAttempt(key: MessageKey, run?: string): Promise<number> {
+    return this.attemptStatement(
+      this.queries.recordAttempt,
+      [key.consumer, key.messageId, run ?? null],
+      'recordAttempt()',
+    ).then((rows) => Number(rows[0]!.attempts));
   }
 
   /**
    * Takes one count of `key` back (a run counted up front ended in a release, which is
-   * never an attempt). Never goes below zero.
+   * never an attempt). Never goes below zero. With `run`, only that run's count, if it is
+   * the one counted last, and once.
    * @example
    * ```ts
-   * await store.forgetAttempt({ consumer: 'payments', messageId: 'm-1' });
+   * await store.forgetAttempt({ consumer: 'payments', messageId: 'm-1' }, run);
    * ```
    */
-  async forgetAttempt(key: MessageKey): Promise<void> {
-    await this.attemptStatement(this.queries.forgetAttempt, key, 'forgetAttempt()');
+  async forgetAttempt(key: MessageKey, run?: string): Promise<void> {
+    await this.attemptStatement(
+      this.queries.forgetAttempt,
+      [key.consumer, key.messageId, run ?? null],
+      'forgetAttempt()',
+    );
   }
 
   /**
@@ -510,15 +518,14 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    * ```
    */
   async clearAttempts(key: MessageKey): Promise<void> {
-    await this.attemptStatement(this.queries.clearAttempts, key, 'clearAttempts()');
+    await this.attemptStatement(this.queries.clearAttempts, [key.consumer, key.messageId], 'clearAttempts()');
   }
 
   private async attemptStatement(
     sql: string,
-    key: MessageKey,
+    params: unknown[],
     operation: string,
   ): Promise<Array<{ attempts: number }>> {
-    const params = [key.consumer, key.messageId];
     // Once the schema is known good, the counter is one autocommit statement: one round
     // trip instead of BEGIN / statement / COMMIT.
     const { rows } =

@@ -91,12 +91,17 @@ export function buildQueries(s: string): StoreQueries {
     // 3 × wal_writer_delay may lose it, and then the message gets one run more than
     // maxAttempts. The handler's commit, later in the WAL, waits for its own flush, which
     // covers this record too. The subquery is referenced so the planner evaluates it.
-    recordAttempt: `INSERT INTO ${s}.attempts AS a (consumer, message_id, attempts)
-      SELECT $1::text, $2::text, 1 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_flush_wait
-      ON CONFLICT (consumer, message_id) DO UPDATE SET attempts = a.attempts + 1, updated_at = now()
+    // $3, the run's token (or NULL): the run counted last is not counted again (its count
+    // sent again after a lost answer); NULL never matches, so a call without one counts.
+    recordAttempt: `INSERT INTO ${s}.attempts AS a (consumer, message_id, attempts, last_run)
+      SELECT $1::text, $2::text, 1, $3::text FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_flush_wait
+      ON CONFLICT (consumer, message_id) DO UPDATE
+        SET attempts = a.attempts + CASE WHEN a.last_run = EXCLUDED.last_run THEN 0 ELSE 1 END,
+            last_run = EXCLUDED.last_run, updated_at = now()
       RETURNING a.attempts`,
-    forgetAttempt: `UPDATE ${s}.attempts SET attempts = attempts - 1, updated_at = now()
-      WHERE consumer = $1 AND message_id = $2 AND attempts > 0`,
+    // With a run ($3): only while it is the run counted last, and once (last_run cleared).
+    forgetAttempt: `UPDATE ${s}.attempts SET attempts = attempts - 1, last_run = NULL, updated_at = now()
+      WHERE consumer = $1 AND message_id = $2 AND attempts > 0 AND ($3::text IS NULL OR last_run = $3::text)`,
     // Housekeeping after the marker committed, so no flush wait either (as recordAttempt):
     // a row this loses is only kept until retention prunes it. The subquery is referenced
     // so the planner evaluates it.

@@ -266,6 +266,32 @@ export function runStoreConformance(
         timeout,
       );
 
+      // Catches: a run counted twice when its count is sent again (its commit landed, its
+      // answer was lost, the consumer waited out the outage and sent it again): the message
+      // then reaches maxAttempts, and the dead-letter queue, a run early. And a take-back
+      // that removes another run's count (a run released before its count landed).
+      it(
+        'recordAttempt counts a run once however often it is sent; forgetAttempt takes back only that run',
+        () =>
+          withStore(async (env) => {
+            const key = env.key('run-token');
+            expect(await env.store.recordAttempt(key, 'run-1')).toBe(1);
+            expect(await env.store.recordAttempt(key, 'run-1')).toBe(1);
+            expect(await env.store.recordAttempt(key, 'run-2')).toBe(2);
+            // run-1 is not the last run counted: its take-back changes nothing.
+            await env.store.forgetAttempt(key, 'run-1');
+            expect(await env.store.recordAttempt(key, 'run-3')).toBe(3);
+            await env.store.forgetAttempt(key, 'run-3');
+            // Sent again (its answer lost): taken back once.
+            await env.store.forgetAttempt(key, 'run-3');
+            expect(await env.store.recordAttempt(key, 'run-4')).toBe(3);
+            // Without a run, every call counts.
+            expect(await env.store.recordAttempt(key)).toBe(4);
+            expect(await env.store.recordAttempt(key)).toBe(5);
+          }),
+        timeout,
+      );
+
       // Catches: classification by message text or not at all (a deadlock dead-lettered,
       // a constraint violation retried forever).
       it(

@@ -1,6 +1,7 @@
 import { statements as init } from './0001_init.js';
 import { statements as payloadFingerprint } from './0002_payload_fingerprint.js';
 import { statements as outbox } from './0003_outbox.js';
+import { statements as attemptRun } from './0004_attempt_run.js';
 
 /** One forward-only migration. */
 export interface Migration {
@@ -19,6 +20,7 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 1, name: '0001_init', statements: init },
   { version: 2, name: '0002_payload_fingerprint', statements: payloadFingerprint },
   { version: 3, name: '0003_outbox', statements: outbox },
+  { version: 4, name: '0004_attempt_run', statements: attemptRun },
 ];
 
 /**
