@@ -151,9 +151,9 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private outage: Promise<void> | undefined;
   /**
    * Deliveries whose run was counted before it started (a possible redelivery, so a
-   * crash must still count): a release takes the count back.
+   * crash must still count), with the run's token (see attemptNumber()): a release takes
+   * the count back.
    */
-  /** Runs counted up front, by delivery: the key and the run's token (see attemptNumber()). */
   private readonly countedRuns = new WeakMap<Delivery, CountedRun>();
   /** Present with the `batch` option: collects prepared deliveries into one transaction. */
   private readonly batcher: Batcher<Prepared<TBody>> | undefined;
