@@ -395,6 +395,42 @@ describe('pipeline (batch)', () => {
     }
   });
 
+  // The same lost answer, and the store stays down past outageHoldMs: the delivery is
+  // released, and a release is never an attempt, so the count that landed is taken back.
+  // Before, the core only knew of a count once its answer came, and this one stayed.
+  it('takes back the landed count of a run released after a lost answer', async () => {
+    const recordAttempt = store.recordAttempt.bind(store);
+    const ping = store.ping.bind(store);
+    let down = false;
+    store.recordAttempt = async (...args) => {
+      await recordAttempt(...args);
+      throw new StoreUnavailableError('the answer of the count was lost');
+    };
+    store.ping = async () => {
+      if (down) throw new StoreUnavailableError('still down');
+      return ping();
+    };
+    try {
+      const { adapter, consumer } = await startConsumer({ outageHoldMs: 200 });
+      down = true;
+      expect(await adapter.deliver({ id: 'released-after-loss', redelivered: true })).toEqual({
+        kind: 'release',
+      });
+      down = false;
+      const { rows } = await store.transaction((tx) =>
+        tx.query<{ attempts: number }>(
+          `SELECT attempts FROM "${store.schema}".attempts WHERE consumer = $1 AND message_id = $2`,
+          [consumer.name, 'released-after-loss'],
+        ),
+      );
+      expect(rows.map((row) => row.attempts)).toEqual([0]);
+      await consumer.stop();
+    } finally {
+      store.recordAttempt = recordAttempt;
+      store.ping = ping;
+    }
+  });
+
   it('runs a partial batch after maxWaitMs', async () => {
     const { adapter, consumer } = await startConsumer({ concurrency: 8, batch: { size: 8, maxWaitMs: 30 } });
     expect(await adapter.deliver({ id: 'lonely' })).toEqual({ kind: 'ack' });
