@@ -66,7 +66,8 @@ export interface PubSubAdapterOptions {
   outageHoldMs?: number;
   /**
    * How long an ack or nack waits for others to share its request while other deliveries
-   * are still running (it goes at once when none is). @default 5
+   * are still running (it goes when none is; deliveries waiting for their batch to fill do
+   * not count). @default 5
    */
   settlementWindowMs?: number;
 }

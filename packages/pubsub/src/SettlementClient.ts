@@ -4,7 +4,7 @@ import { ackIdErrors, toSettlementError } from './errors.js';
 /** Ack IDs per request: well under the service's 512 KB request limit. */
 const MAX_IDS_PER_REQUEST = 1000;
 /** How long a settlement waits for others to share its request (unless sent sooner: flushNow()). */
-export const SETTLEMENT_WINDOW_MS = 5;
+const SETTLEMENT_WINDOW_MS = 5;
 /** Per-ack-ID `TRANSIENT_*` failures are retried this many times. */
 const MAX_TRANSIENT_RETRIES = 5;
 
