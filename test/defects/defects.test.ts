@@ -274,21 +274,6 @@ const DEFECTS: Defect[] = [
     },
   },
   {
-    name: 'listener-per-message',
-    what: "the adapter listens on the consumer's stopping signal for every delivery and never stops listening",
-    broker: 'memory',
-    red: { 18: 'live Function objects gained over 2000 messages' },
-    adapter: (adapter) =>
-      runtimeWith(adapter, (runtime) => ({
-        dispatch: {
-          value: (delivery: Delivery) => {
-            runtime.stopping.addEventListener('abort', () => delivery.release().catch(() => {}));
-            return runtime.dispatch(delivery);
-          },
-        },
-      })),
-  },
-  {
     name: 'unbounded-concurrency',
     what: 'the adapter ignores the free slots and fetches 20 at a time',
     broker: 'memory',

