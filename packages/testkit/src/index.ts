@@ -36,6 +36,8 @@ export { closedPort } from './ports.js';
 export type { MigratableStore, PostgresStoresOptions } from './postgresStores.js';
 export { postgresStores } from './postgresStores.js';
 export { requireService } from './services.js';
+export type { SqlDialect } from './sqlDialect.js';
+export { POSTGRES_DIALECT } from './sqlDialect.js';
 export type { EventSource, RecordedEvent, WaitForOptions } from './spies.js';
 export { ConsumerSpy, waitFor } from './spies.js';
 export type {
