@@ -5,6 +5,8 @@ export { runAdapterConformance } from './adapterConformance.js';
 export type { ChildPlan, ChildReport, CrashPoint } from './childProtocol.js';
 export type { CrashingChild } from './crashingChild.js';
 export { startCrashingChild } from './crashingChild.js';
+export type { DialectStoresOptions } from './dialectStores.js';
+export { dialectStores } from './dialectStores.js';
 export type { TestkitErrorCode } from './errors.js';
 export {
   ChildProcessError,
@@ -37,7 +39,7 @@ export type { MigratableStore, PostgresStoresOptions } from './postgresStores.js
 export { postgresStores } from './postgresStores.js';
 export { requireService } from './services.js';
 export type { SqlDialect } from './sqlDialect.js';
-export { POSTGRES_DIALECT } from './sqlDialect.js';
+export { mysqlDialect, POSTGRES_DIALECT } from './sqlDialect.js';
 export type { EventSource, RecordedEvent, WaitForOptions } from './spies.js';
 export { ConsumerSpy, waitFor } from './spies.js';
 export type {

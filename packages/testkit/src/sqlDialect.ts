@@ -84,3 +84,46 @@ export const POSTGRES_DIALECT: SqlDialect = {
   lockWaiters: `SELECT count(*) AS n FROM pg_stat_activity
       WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
 };
+
+/**
+ * MySQL and MariaDB (`@oncely/mysql`'s `ctx.tx`: `?` placeholders). `ddl` runs DDL on a
+ * connection of the test's own (MySQL commits DDL implicitly, and the store refuses a
+ * transaction that ended inside its work). The transient-error probes use SIGNAL outside a
+ * stored program, which MariaDB accepts (MySQL 8 would need a procedure).
+ *
+ * @example
+ * ```ts
+ * const admin = mysql.createPool({ uri: url, connectionLimit: 2 });
+ * const sql = mysqlDialect(async (statement) => { await admin.query(statement); });
+ * ```
+ */
+export function mysqlDialect(ddl: (sql: string) => Promise<void>): SqlDialect {
+  return {
+    name: 'MySQL',
+    param: () => '?',
+    quote: (name) => `\`${name.replaceAll('`', '``')}\``,
+    types: {
+      key: 'VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin',
+      text: 'TEXT',
+      serialPrimaryKey: 'BIGINT AUTO_INCREMENT PRIMARY KEY',
+      insertedAt: 'DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)',
+    },
+    count: 'COUNT(*)',
+    createNamespace: (quoted) => `CREATE DATABASE ${quoted}`,
+    dropNamespace: (quoted) => `DROP DATABASE IF EXISTS ${quoted}`,
+    sleep: (seconds) => `DO SLEEP(${seconds})`,
+    raise: (kind) =>
+      ({
+        serialization: `SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'conformance probe'`,
+        deadlock: `SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'conformance probe'`,
+        lockTimeout: `SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = 1205, MESSAGE_TEXT = 'conformance probe'`,
+      })[kind],
+    failingStatement: 'SELECT * FROM oncely_conformance_no_such_table',
+    // Whole seconds only in MySQL, and session-wide on that pooled connection.
+    shortLockTimeout: 'SET SESSION innodb_lock_wait_timeout = 1',
+    isUniqueViolation: (error) => (error as { errno?: unknown } | null)?.errno === 1062,
+    lockWaiters: `SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX
+      WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id <> CONNECTION_ID()`,
+    ddl,
+  };
+}
