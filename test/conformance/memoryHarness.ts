@@ -39,7 +39,9 @@ export const memoryFeatures: AdapterFeatures = {
  * `store: 'mysql'` runs the same scenarios on `@oncely/mysql` and the real MariaDB
  * (`MYSQL_URL`); the default is `@oncely/postgres` on the real PostgreSQL.
  */
-export function memoryHarness(options: { poolMax?: number; store?: 'postgres' | 'mysql' } = {}): AdapterHarness {
+export function memoryHarness(
+  options: { poolMax?: number; store?: 'postgres' | 'mysql' } = {},
+): AdapterHarness {
   // One schema per run of this file, dropped only when every scenario passed.
   const schema = `oncely_memory_conformance_${randomBytes(4).toString('hex')}`;
   const poolMax = options.poolMax === undefined ? {} : { poolMax: options.poolMax };

@@ -203,10 +203,14 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
   private savepoints = 0;
 
   constructor(options: MySqlStoreOptions) {
-    if (typeof options !== 'object' || options === null) throw new ConfigError('store', 'options are required');
+    if (typeof options !== 'object' || options === null)
+      throw new ConfigError('store', 'options are required');
     const fromEnv = options.schema === undefined ? process.env.ONCELY_SCHEMA || undefined : undefined;
     this.schema = options.schema ?? fromEnv ?? 'oncely';
-    const quoted = quoteSchemaName(this.schema, fromEnv === undefined ? 'schema' : 'schema (from ONCELY_SCHEMA)');
+    const quoted = quoteSchemaName(
+      this.schema,
+      fromEnv === undefined ? 'schema' : 'schema (from ONCELY_SCHEMA)',
+    );
     this.queries = buildQueries(quoted);
     this.driver = createDriver(options);
     const q = this.queries;
@@ -226,10 +230,10 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
       },
       read: (consumer, topic) =>
         this.run('offsets.read()', async (connection) => {
-          const { rows } = await connection.query<{ partition_no: number; next_offset: string }>(q.readOffsets, [
-            consumer,
-            topic,
-          ]);
+          const { rows } = await connection.query<{ partition_no: number; next_offset: string }>(
+            q.readOffsets,
+            [consumer, topic],
+          );
           return new Map(rows.map((row) => [Number(row.partition_no), String(row.next_offset)]));
         }),
     };
@@ -258,7 +262,10 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
     const q = this.queries;
     const lock = `oncely_migrate:${this.schema}`;
     const applied = await this.driver.session(async (raw) => {
-      const { rows } = await raw.query<{ locked: number | null }>(q.getLock, [lock, MIGRATION_LOCK_WAIT_SECONDS]);
+      const { rows } = await raw.query<{ locked: number | null }>(q.getLock, [
+        lock,
+        MIGRATION_LOCK_WAIT_SECONDS,
+      ]);
       if (Number(rows[0]?.locked) !== 1) {
         throw new Error(
           `migrate(): another migrate() of \`${this.schema}\` held the lock ${lock} for ${MIGRATION_LOCK_WAIT_SECONDS} s`,
@@ -267,11 +274,13 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
       try {
         // Checked first so a user without CREATE on the server can migrate a database an
         // administrator created for it.
-        if ((await raw.query(q.schemaExists, [this.schema])).rows.length === 0) await raw.query(q.createSchema);
+        if ((await raw.query(q.schemaExists, [this.schema])).rows.length === 0)
+          await raw.query(q.createSchema);
         await raw.query(q.createMigrationsTable);
         const versions = await readVersions(raw, q);
         const newest = Math.max(0, ...versions);
-        if (newest > MYSQL_LATEST_VERSION) throw new MySqlSchemaVersionError(this.schema, newest, MYSQL_LATEST_VERSION);
+        if (newest > MYSQL_LATEST_VERSION)
+          throw new MySqlSchemaVersionError(this.schema, newest, MYSQL_LATEST_VERSION);
         const pending = MIGRATIONS.filter((migration) => !versions.has(migration.version));
         for (const migration of pending) {
           for (const statement of migration.statements) {
@@ -387,7 +396,11 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
    * ```
    */
   async recordAttempt(key: MessageKey, run?: string): Promise<number> {
-    const result = await this.attemptStatement(this.queries.recordAttempt, [key.consumer, key.messageId, run ?? null]);
+    const result = await this.attemptStatement(this.queries.recordAttempt, [
+      key.consumer,
+      key.messageId,
+      run ?? null,
+    ]);
     const insertId = Number((result as { insertId?: unknown }).insertId ?? 0);
     return insertId > 0 ? insertId : 1;
   }
@@ -402,7 +415,12 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
    * ```
    */
   async forgetAttempt(key: MessageKey, run?: string): Promise<void> {
-    await this.attemptStatement(this.queries.forgetAttempt, [key.consumer, key.messageId, run ?? null, run ?? null]);
+    await this.attemptStatement(this.queries.forgetAttempt, [
+      key.consumer,
+      key.messageId,
+      run ?? null,
+      run ?? null,
+    ]);
   }
 
   /**
@@ -436,7 +454,11 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
     return this.run('acquireLease()', async (connection) => {
       for (let attempt = 1; ; attempt++) {
         try {
-          await connection.queryExpecting(q.insertLease, [key.consumer, key.messageId, leaseUs, owner], DUPLICATE);
+          await connection.queryExpecting(
+            q.insertLease,
+            [key.consumer, key.messageId, leaseUs, owner],
+            DUPLICATE,
+          );
           return { status: 'acquired', owner, takeover: false, lockedUntil: new Date(Date.now() + leaseMs) };
         } catch (error) {
           if ((error as { errno?: unknown }).errno !== ER_DUP_ENTRY) throw error;
@@ -448,16 +470,26 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
           expired: number | null;
         }>(q.readLeaseForUpdate, [key.consumer, key.messageId]);
         const current = rows[0];
-        if (current?.status === 'completed') return { status: 'completed', result: parseJson(current.result) };
+        if (current?.status === 'completed')
+          return { status: 'completed', result: parseJson(current.result) };
         if (current && Number(current.expired) === 1) {
-          const taken = await connection.query(q.takeOverLease, [leaseUs, owner, key.consumer, key.messageId]);
+          const taken = await connection.query(q.takeOverLease, [
+            leaseUs,
+            owner,
+            key.consumer,
+            key.messageId,
+          ]);
           if (taken.rowCount === 1)
             return { status: 'acquired', owner, takeover: true, lockedUntil: new Date(Date.now() + leaseMs) };
         } else if (current) {
           // On this process's clock: the database's time left added to our now.
-          return { status: 'busy', lockedUntil: new Date(Date.now() + Number(current.remaining_us ?? 0) / 1000) };
+          return {
+            status: 'busy',
+            lockedUntil: new Date(Date.now() + Number(current.remaining_us ?? 0) / 1000),
+          };
         }
-        if (attempt >= ACQUIRE_ATTEMPTS) throw new Error(`acquireLease: the row of ${key.messageId} kept changing`);
+        if (attempt >= ACQUIRE_ATTEMPTS)
+          throw new Error(`acquireLease: the row of ${key.messageId} kept changing`);
       }
     });
   }
@@ -496,7 +528,12 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
   completeLease(key: MessageKey, owner: string, result: unknown): Promise<boolean> {
     const json = toJson(result);
     return this.run('completeLease()', async (connection) => {
-      const { rowCount } = await connection.query(this.queries.completeLease, [json, key.consumer, key.messageId, owner]);
+      const { rowCount } = await connection.query(this.queries.completeLease, [
+        json,
+        key.consumer,
+        key.messageId,
+        owner,
+      ]);
       return rowCount === 1 || this.completedBy(connection, key, owner);
     });
   }
@@ -567,11 +604,16 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
       cutoff = utcDateTime(olderThan);
     } else if (typeof olderThan === 'number' && Number.isFinite(olderThan) && olderThan >= 0) {
       cutoff = await this.run('prune()', async (connection) => {
-        const { rows } = await connection.query<{ cutoff: string }>(this.queries.cutoff, [Math.round(olderThan * 1000)]);
+        const { rows } = await connection.query<{ cutoff: string }>(this.queries.cutoff, [
+          Math.round(olderThan * 1000),
+        ]);
         return rows[0]!.cutoff;
       });
     } else {
-      throw new ConfigError('olderThan', `must be a Date or a non-negative number of ms; got ${String(olderThan)}`);
+      throw new ConfigError(
+        'olderThan',
+        `must be a Date or a non-negative number of ms; got ${String(olderThan)}`,
+      );
     }
     const withConsumer = consumer !== undefined;
     const filter = withConsumer ? [cutoff, consumer] : [cutoff];
@@ -592,7 +634,12 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
       batchSize,
       options.onProgress,
     );
-    await this.deleteInBatches(q.prunableAttempts(withConsumer), q.deleteAttempts, [...filter, batchSize], batchSize);
+    await this.deleteInBatches(
+      q.prunableAttempts(withConsumer),
+      q.deleteAttempts,
+      [...filter, batchSize],
+      batchSize,
+    );
     return markers;
   }
 
@@ -645,7 +692,10 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
     // Each round either inserts the rest or finds one more ID committed by a competing
     // transaction (the locking read then sees it): at most ids.length + 1 rounds.
     for (let round = 0; round <= ids.length; round++) {
-      const { rows } = await tx.query<{ message_id: Buffer | string }>(this.queries.existing, [consumer, [...ids]]);
+      const { rows } = await tx.query<{ message_id: Buffer | string }>(this.queries.existing, [
+        consumer,
+        [...ids],
+      ]);
       const existing = new Set(rows.map((row) => text(row.message_id)));
       const fresh = ids.filter((id) => !existing.has(id));
       if (fresh.length === 0) return new Set();
@@ -717,10 +767,12 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
   /** Refuses a schema that is missing, behind, or migrated by a newer version of this package. */
   private async verifySchema(connection: SqlClient): Promise<void> {
     const q = this.queries;
-    const present = (await connection.query(q.tableExists, [this.schema, 'oncely_migrations'])).rows.length > 0;
+    const present =
+      (await connection.query(q.tableExists, [this.schema, 'oncely_migrations'])).rows.length > 0;
     const versions = present ? await readVersions(connection, q) : new Set<number>();
     const version = schemaVersion(versions);
-    if (version !== MYSQL_LATEST_VERSION) throw new MySqlSchemaVersionError(this.schema, version, MYSQL_LATEST_VERSION);
+    if (version !== MYSQL_LATEST_VERSION)
+      throw new MySqlSchemaVersionError(this.schema, version, MYSQL_LATEST_VERSION);
     this.schemaVerified = true;
   }
 }
@@ -768,7 +820,8 @@ function createDriver(options: MySqlStoreOptions): MySqlDriver {
         : typeof given?.promise === 'function'
           ? given.promise()
           : undefined;
-    if (!pool) throw new ConfigError('pool', 'must be a mysql2 pool (from mysql2/promise, or one with .promise())');
+    if (!pool)
+      throw new ConfigError('pool', 'must be a mysql2 pool (from mysql2/promise, or one with .promise())');
     return new PoolDriver({ pool }, settings, log);
   }
   if (typeof options.transaction !== 'function') throw new ConfigError('transaction', 'must be a function');
@@ -796,7 +849,8 @@ function checkUrl(url: unknown): string {
 /** Refuses keys the VARBINARY columns cannot hold: never truncated into another key. */
 function checkKey(consumer: string, messageId: string): void {
   const consumerBytes = Buffer.byteLength(consumer, 'utf8');
-  if (consumerBytes > MAX_CONSUMER_BYTES) throw new KeyTooLongError('consumer', consumerBytes, MAX_CONSUMER_BYTES);
+  if (consumerBytes > MAX_CONSUMER_BYTES)
+    throw new KeyTooLongError('consumer', consumerBytes, MAX_CONSUMER_BYTES);
   const idBytes = Buffer.byteLength(messageId, 'utf8');
   if (idBytes > MAX_MESSAGE_ID_BYTES) throw new KeyTooLongError('messageId', idBytes, MAX_MESSAGE_ID_BYTES);
 }

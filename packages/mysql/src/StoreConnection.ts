@@ -143,7 +143,8 @@ class TransactionEndedInside extends Error {
 function abortedBy(failure: unknown): MySqlTransactionAbortedError {
   if (failure instanceof TransactionEndedInside) return new MySqlTransactionAbortedError(failure.message);
   const errno = (failure as { errno?: unknown } | null)?.errno;
-  const detail = typeof errno === 'number' ? `errno ${errno}` : failure instanceof Error ? failure.name : 'an error';
+  const detail =
+    typeof errno === 'number' ? `errno ${errno}` : failure instanceof Error ? failure.name : 'an error';
   return new MySqlTransactionAbortedError(`a statement failed (${detail}) and its error was caught`, {
     cause: failure,
   });

@@ -145,7 +145,11 @@ function classifyChain(error: unknown, depth: number, seen: Set<unknown>): Store
 export function markFromStoreConnection(error: unknown): void {
   if (typeof error !== 'object' || error === null || FROM_STORE_CONNECTION in error) return;
   try {
-    Object.defineProperty(error, FROM_STORE_CONNECTION, { value: true, enumerable: false, configurable: true });
+    Object.defineProperty(error, FROM_STORE_CONNECTION, {
+      value: true,
+      enumerable: false,
+      configurable: true,
+    });
   } catch {
     // A frozen error keeps the plain classification, so it can only count as 'other'.
   }

@@ -35,7 +35,11 @@ export class MySqlSchemaVersionError extends OncelyError {
     readonly expected: number,
     options?: ErrorOptions,
   ) {
-    super(found < expected ? 'SCHEMA_NOT_MIGRATED' : 'SCHEMA_TOO_NEW', message(schema, found, expected), options);
+    super(
+      found < expected ? 'SCHEMA_NOT_MIGRATED' : 'SCHEMA_TOO_NEW',
+      message(schema, found, expected),
+      options,
+    );
   }
 }
 

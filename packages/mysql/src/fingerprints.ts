@@ -84,10 +84,10 @@ export function createMySqlFingerprintStore(
     async read(consumer, messageIds, tx) {
       if (messageIds.length === 0) return new Map();
       const select = async (client: SqlClient) => {
-        const { rows } = await client.query<{ message_id: Buffer | string; fingerprint: string }>(queries.read, [
-          consumer,
-          [...new Set(messageIds)],
-        ]);
+        const { rows } = await client.query<{ message_id: Buffer | string; fingerprint: string }>(
+          queries.read,
+          [consumer, [...new Set(messageIds)]],
+        );
         return new Map(rows.map((row) => [text(row.message_id), row.fingerprint]));
       };
       return tx ? select(tx) : deps.run('fingerprints.read()', select);

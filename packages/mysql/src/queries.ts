@@ -150,7 +150,8 @@ export function buildQueries(s: string): MySqlQueries {
       ORDER BY updated_at LIMIT ? FOR UPDATE SKIP LOCKED`,
     deleteAttempts: `DELETE FROM ${attempts} WHERE (consumer, message_id) IN (?)`,
     schemaExists: 'SELECT 1 AS present FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?',
-    tableExists: 'SELECT 1 AS present FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?',
+    tableExists:
+      'SELECT 1 AS present FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?',
     createSchema: `CREATE DATABASE IF NOT EXISTS ${s} CHARACTER SET utf8mb4`,
     // Not `migrations`: the database may be the application's own, where ORMs such as
     // TypeORM keep a table of that name.

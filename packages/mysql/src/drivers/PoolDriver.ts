@@ -110,9 +110,12 @@ export class PoolDriver implements MySqlDriver {
       if (session.lost !== undefined) {
         // Also covers a COMMIT whose answer never arrived: its outcome is unknown, and the
         // retry after the outage finds the marker if it did commit.
-        throw new StoreUnavailableError(`MySQL connection lost during a transaction: ${describeError(error)}`, {
-          cause: error,
-        });
+        throw new StoreUnavailableError(
+          `MySQL connection lost during a transaction: ${describeError(error)}`,
+          {
+            cause: error,
+          },
+        );
       }
       throw error;
     } finally {
@@ -120,7 +123,10 @@ export class PoolDriver implements MySqlDriver {
     }
   }
 
-  async statement<R = Record<string, unknown>>(text: string, params: readonly unknown[]): Promise<SqlResult<R>> {
+  async statement<R = Record<string, unknown>>(
+    text: string,
+    params: readonly unknown[],
+  ): Promise<SqlResult<R>> {
     const session = await this.checkout(text, params);
     session.release(false);
     return session.first as SqlResult<R>;
@@ -197,7 +203,9 @@ export class PoolDriver implements MySqlDriver {
     } catch (error) {
       markFromStoreConnection(error);
       const at = 'url' in this.source ? ` at ${redactUrl(this.source.url)}` : '';
-      throw new StoreUnavailableError(`cannot connect to MySQL${at}: ${describeError(error)}`, { cause: error });
+      throw new StoreUnavailableError(`cannot connect to MySQL${at}: ${describeError(error)}`, {
+        cause: error,
+      });
     }
   }
 
@@ -331,7 +339,9 @@ interface Mysql2Module {
 }
 
 async function importMysql2(): Promise<Mysql2Module> {
-  const mod = (await import('mysql2/promise')) as unknown as { default?: Mysql2Module } & Partial<Mysql2Module>;
+  const mod = (await import('mysql2/promise')) as unknown as {
+    default?: Mysql2Module;
+  } & Partial<Mysql2Module>;
   const createPool = mod.default?.createPool ?? mod.createPool;
   if (!createPool) throw new ConfigError('store', 'mysql2/promise has no createPool(): is mysql2 installed?');
   return { createPool };
