@@ -1,6 +1,7 @@
 export type { MySqlApplyIfNewerOptions } from './applyIfNewer.js';
 export { applyIfNewer } from './applyIfNewer.js';
 export { classifyMySqlError, classifyMySqlStoreError } from './classifyError.js';
+export { createStore } from './createStore.js';
 export type { MySqlCallerTransaction } from './drivers/CallerTransactionDriver.js';
 export type { MySqlPoolConnectionLike, MySqlPoolLike } from './drivers/PoolDriver.js';
 export {
@@ -11,7 +12,6 @@ export {
   MySqlTransactionEndedError,
 } from './errors.js';
 export { quoteMySqlIdentifier } from './identifiers.js';
-export { MYSQL_LATEST_VERSION } from './migrations/index.js';
 export type {
   MySqlCallerTransactionOptions,
   MySqlMigrateResult,
@@ -22,3 +22,4 @@ export type {
   MySqlUrlOptions,
 } from './MySqlStore.js';
 export { MySqlStore } from './MySqlStore.js';
+export { MYSQL_LATEST_VERSION } from './migrations/index.js';

@@ -38,10 +38,10 @@ export { closedPort } from './ports.js';
 export type { MigratableStore, PostgresStoresOptions } from './postgresStores.js';
 export { postgresStores } from './postgresStores.js';
 export { requireService } from './services.js';
-export type { SqlDialect } from './sqlDialect.js';
-export { mysqlDialect, POSTGRES_DIALECT } from './sqlDialect.js';
 export type { EventSource, RecordedEvent, WaitForOptions } from './spies.js';
 export { ConsumerSpy, waitFor } from './spies.js';
+export type { SqlDialect } from './sqlDialect.js';
+export { mysqlDialect, POSTGRES_DIALECT } from './sqlDialect.js';
 export type {
   StoreConformanceOptions,
   StoreFactory,
