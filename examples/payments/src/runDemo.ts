@@ -185,7 +185,9 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const demoStore = await openDemoStore(options.storeUrl);
   const { store } = demoStore;
   options.onStatus?.(
-    `starting the databases (the consumers' store: ${demoStore.description}; the payment provider's: PGlite)…`,
+    options.storeUrl === undefined
+      ? "starting the embedded databases (PGlite: the consumers' store and the payment provider's)…"
+      : `starting the databases (the consumers' store: ${demoStore.description}; the payment provider's: PGlite)…`,
   );
   const startingProvider = FakePaymentProvider.start();
   const migrating = demoStore.prepare();
