@@ -729,7 +729,7 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
 
   private async deleteInBatches(
     select: string,
-    remove: string,
+    remove: (count: number) => string,
     params: unknown[],
     batchSize: number,
     onProgress?: (deleted: number) => void,
@@ -739,8 +739,12 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
       // One short transaction per batch: locks are held briefly and claims interleave.
       const deleted = await this.run('prune()', async (connection) => {
         const { rows } = await connection.query<{ consumer: Buffer; message_id: Buffer }>(select, params);
-        if (rows.length === 0) return 0;
-        await connection.query(remove, [rows.map((row) => [row.consumer, row.message_id])]);
+        if (rows.length > 0) {
+          await connection.query(
+            remove(rows.length),
+            rows.flatMap((row) => [row.consumer, row.message_id]),
+          );
+        }
         return rows.length;
       });
       total += deleted;

@@ -59,13 +59,19 @@ export interface MySqlQueries {
   readonly cutoff: string;
   /** cutoff [, consumer], batch size: completed markers to prune, locked, skipping rows others hold. */
   prunableMarkers(withConsumer: boolean): string;
-  /** (consumer, message ID) pairs (expanded). */
-  readonly deleteMarkers: string;
+  /**
+   * (consumer, message ID) × count: the rows a prune batch locked, each reached by its
+   * primary key (a derived table of the keys drives an eq_ref join). Not `WHERE
+   * (consumer, message_id) IN (...)` nor `consumer = ? AND message_id IN (...)`: the
+   * optimizer may scan for those (it did on MariaDB 10.11), and a DELETE's scan waits on
+   * every row it meets, also those the batch skipped because a claim holds them.
+   */
+  deleteMarkers(count: number): string;
   /** cutoff [, consumer]: how many completed markers would be pruned (`n`). */
   countPrunableMarkers(withConsumer: boolean): string;
   /** cutoff [, consumer], batch size: attempt counters not touched since the cutoff. */
   prunableAttempts(withConsumer: boolean): string;
-  readonly deleteAttempts: string;
+  deleteAttempts(count: number): string;
   /** database name: 1 row when it exists. */
   readonly schemaExists: string;
   /** database name, table name: 1 row when the table exists. */
@@ -142,13 +148,13 @@ export function buildQueries(s: string): MySqlQueries {
     prunableMarkers: (withConsumer) => `SELECT consumer, message_id FROM ${markers}
       WHERE processed_at < ? AND status = 'completed'${withConsumer ? ' AND consumer = ?' : ''}
       ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED`,
-    deleteMarkers: `DELETE FROM ${markers} WHERE (consumer, message_id) IN (?)`,
+    deleteMarkers: (count) => deleteByKeys(markers, count),
     countPrunableMarkers: (withConsumer) => `SELECT COUNT(*) AS n FROM ${markers}
       WHERE processed_at < ? AND status = 'completed'${withConsumer ? ' AND consumer = ?' : ''}`,
     prunableAttempts: (withConsumer) => `SELECT consumer, message_id FROM ${attempts}
       WHERE updated_at < ?${withConsumer ? ' AND consumer = ?' : ''}
       ORDER BY updated_at LIMIT ? FOR UPDATE SKIP LOCKED`,
-    deleteAttempts: `DELETE FROM ${attempts} WHERE (consumer, message_id) IN (?)`,
+    deleteAttempts: (count) => deleteByKeys(attempts, count),
     schemaExists: 'SELECT 1 AS present FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?',
     tableExists:
       'SELECT 1 AS present FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?',
@@ -165,4 +171,13 @@ export function buildQueries(s: string): MySqlQueries {
     getLock: 'SELECT GET_LOCK(?, ?) AS locked',
     releaseLock: 'SELECT RELEASE_LOCK(?) AS released',
   };
+}
+
+/** DELETE of `count` rows by their exact (consumer, message_id), driven by a derived table of the keys. */
+function deleteByKeys(table: string, count: number): string {
+  const keys = Array.from({ length: count }, (_, i) =>
+    i === 0 ? 'SELECT ? AS c, ? AS m' : 'SELECT ?, ?',
+  ).join(' UNION ALL ');
+  return `DELETE t FROM (${keys}) AS doomed STRAIGHT_JOIN ${table} AS t
+    ON t.consumer = doomed.c AND t.message_id = doomed.m`;
 }

@@ -259,6 +259,35 @@ describe.skipIf(!hasMySql)('MySqlStore on the real MariaDB: the hostile pass', (
     await new Promise((resolve) => callbackPool.end(resolve));
   });
 
+  it('prune skips a marker another transaction holds (SKIP LOCKED) instead of waiting for it, and claims go on meanwhile', async () => {
+    const { store, schema } = await migrated();
+    const ids = Array.from({ length: 30 }, (_, i) => `old-${i}`);
+    await store.transaction((tx) => store.claim(tx, 'pruned', ids));
+    const holder = await admin.getConnection();
+    try {
+      await holder.query('START TRANSACTION');
+      await holder.query(
+        `SELECT 1 FROM \`${schema}\`.processed_messages WHERE consumer = 'pruned' AND message_id = 'old-7' FOR UPDATE`,
+      );
+      const future = new Date(Date.now() + 3_600_000);
+      // A claim while the row is held and prune runs: neither waits for the other.
+      const [deleted, claimed] = await Promise.all([
+        store.prune({ olderThan: future, batchSize: 7, consumer: 'pruned' }),
+        store.transaction((tx) => store.claim(tx, 'pruned', ['new-1'])),
+      ]);
+      expect(deleted).toBeGreaterThanOrEqual(29);
+      expect([...claimed]).toEqual(['new-1']);
+      await holder.query('ROLLBACK');
+      // The held marker survived this prune; the next one takes it.
+      const [rows] = await admin.query(
+        `SELECT CAST(message_id AS CHAR) AS id FROM \`${schema}\`.processed_messages WHERE consumer = 'pruned' AND message_id LIKE 'old-%'`,
+      );
+      expect((rows as Array<{ id: string }>).map((row) => row.id)).toEqual(['old-7']);
+    } finally {
+      holder.release();
+    }
+  });
+
   it('a schema migrated by a newer version: migrate() refuses it, the store fails closed', async () => {
     const { store, schema } = await migrated();
     await admin.query(
