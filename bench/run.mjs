@@ -2,7 +2,7 @@
 // Runs every benchmark scenario and writes bench/RESULTS.md.
 //
 //   npm run bench                                   (builds first, then this script)
-//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,mqt,growth,http,outbox] [--quick]
+//   node bench/run.mjs [--only core,batch,memory,sqs,pubsub,servicebus,rabbitmq,kafka,powertools,mqt,growth,http,outbox,mysql] [--quick]
 //   node bench/run.mjs --render <raw results JSON>    (re-renders RESULTS.md from a saved run)
 //
 // Each scenario runs in a process of its own (bench/<scenario>/run.mjs) and hands its
@@ -36,6 +36,7 @@ const ALL = [
   'growth',
   'http',
   'outbox',
+  'mysql',
 ];
 const { values: cli } = parseArgs({
   options: {
@@ -72,6 +73,7 @@ const ARGS = cli.quick
       mqt: ['--rounds', '1', '--messages', '300'],
       growth: ['--sizes', '0,20000,100000', '--rounds', '1', '--seconds', '0.5', '--prune-rows', '100000'],
       http: ['--rounds', '2', '--seconds', '0.5'],
+      mysql: ['--rounds', '2', '--seconds', '0.5'],
     }
   : {
       core: ['--profile', '1'],
@@ -92,6 +94,7 @@ const ARGS = cli.quick
       mqt: [],
       growth: [],
       http: [],
+      mysql: [],
     };
 
 const KAFKA_ENV = {
@@ -462,6 +465,50 @@ function oneLine(text) {
     .slice(0, 400);
 }
 
+/** Scenario 8: MySqlStore on MariaDB against the same statements by hand, bare, and a batch of 50. */
+function mysqlRows(my, out) {
+  if (!my || failed('8 MySQL store', my, out)) return;
+  for (const level of my.levels) {
+    const sm = level.summary;
+    const batch = `batch of ${my.batch}`;
+    out.push(
+      row([
+        `8 MySQL, c=${level.concurrency}`,
+        `processOnce(MySqlStore) + INSERT (${my.server})`,
+        'the same statements by hand on a mysql2 pool',
+        level.oncelyVsHand >= 1 ? faster(level.oncelyVsHand) : slower(1 / level.oncelyVsHand),
+        `≥ 0.95× its rate: **${level.handPass ? 'met' : 'missed'}** (per-round IQR ${iqr(level.oncelyVsHandQuartiles)})`,
+        rate(sm.oncely.perSecond),
+        rate(sm['by hand'].perSecond),
+        lat(sm.oncely),
+        lat(sm['by hand']),
+      ]),
+      row([
+        `8 MySQL, c=${level.concurrency}`,
+        'processOnce(MySqlStore) + INSERT',
+        'bare START TRANSACTION; INSERT; COMMIT',
+        level.oncelyVsBare >= 1 ? faster(level.oncelyVsBare) : slower(1 / level.oncelyVsBare),
+        `— (reported; IQR ${iqr(level.oncelyVsBareQuartiles)})`,
+        rate(sm.oncely.perSecond),
+        rate(sm.bare.perSecond),
+        lat(sm.oncely),
+        lat(sm.bare),
+      ]),
+      row([
+        `8 MySQL, c=${level.concurrency}`,
+        `processBatchTogether, ${batch}`,
+        'processOnce per message',
+        faster(level.batchSpeedup),
+        `≥ 10× faster: **${level.batchPass ? 'met' : 'missed'}** (per-round IQR ${iqr(level.batchSpeedupQuartiles)})`,
+        rate(sm[batch].perSecond),
+        rate(sm.oncely.perSecond),
+        `${lat(sm[batch])} per tx`,
+        lat(sm.oncely),
+      ]),
+    );
+  }
+}
+
 function summaryRows(results, out) {
   const core = results.core;
   if (core && !failed('1 core', core, out)) {
@@ -652,6 +699,7 @@ function summaryRows(results, out) {
       );
     }
   }
+  mysqlRows(results.mysql, out);
   const ob = results.outbox;
   if (ob && !failed('outbox relay', ob, out)) {
     const relay = ob.summary.relay;

@@ -29,6 +29,7 @@ const USAGE = `usage: npm run chaos -- --broker <memory|rabbitmq|kafka|sqs|all> 
   --no-db-cut           no database cut
   --no-broker-drop      no broker connection drops
   --no-broker-restart   no broker restart (Kafka, fauxqs)
+  --store S             postgres (default, DATABASE_URL) or mysql (@oncely/mysql, MYSQL_URL)
   --pg-restart          also restart PostgreSQL mid-run (pg_ctlcluster 15 main restart):
                         hand runs only, refused under CI=true; it breaks whatever else uses the server
   --defect D            a deliberately broken consumer: ack-before-commit | marker-separate-commit |
@@ -57,6 +58,7 @@ async function main() {
       'no-broker-drop': { type: 'boolean' },
       'no-broker-restart': { type: 'boolean' },
       'pg-restart': { type: 'boolean' },
+      store: { type: 'string' },
       defect: { type: 'string' },
       'timeout-ms': { type: 'string' },
       'log-dir': { type: 'string' },
@@ -91,6 +93,7 @@ async function main() {
     brokerDrop: values['no-broker-drop'] ? false : undefined,
     brokerRestart: values['no-broker-restart'] ? false : undefined,
     pgRestart: values['pg-restart'] ? true : undefined,
+    store: /** @type {any} */ (values.store),
     defect: values.defect,
     timeoutMs: num(values['timeout-ms']),
     logDir: values['log-dir'],

@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { requireService } from '@oncely/testkit';
 import amqp from 'amqplib';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { afterAll, expect, onTestFinished } from 'vitest';
 import { kafkaBuilt } from './lib/options.mjs';
@@ -31,6 +32,13 @@ export const hasPostgres = await requireService('PostgreSQL', async () => {
   const client = new pg.Client({ connectionString: DATABASE_URL, connectionTimeoutMillis: 3000 });
   await client.connect();
   await client.end();
+});
+export const hasMySql = await requireService('MariaDB', async () => {
+  const connection = await mysql.createConnection({
+    uri: process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
+    connectTimeout: 3000,
+  });
+  await connection.end();
 });
 export const hasRabbit = await requireService('RabbitMQ', async () => {
   const connection = await amqp.connect(RABBITMQ_URL);

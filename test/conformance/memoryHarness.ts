@@ -5,11 +5,20 @@
  */
 import { randomBytes } from 'node:crypto';
 import { MemoryBroker } from '@oncely/memory';
+import { MySqlStore } from '@oncely/mysql';
 import { PostgresStore } from '@oncely/postgres';
-import { type AdapterFeatures, type AdapterHarness, postgresStores } from '@oncely/testkit';
+import {
+  type AdapterFeatures,
+  type AdapterHarness,
+  dialectStores,
+  mysqlDialect,
+  postgresStores,
+} from '@oncely/testkit';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+export const MYSQL_URL = process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
 
 export const memoryFeatures: AdapterFeatures = {
   redeliveryOnRetry: true,
@@ -26,23 +35,42 @@ export const memoryFeatures: AdapterFeatures = {
   crossProcess: false,
 };
 
-export function memoryHarness(options: { poolMax?: number } = {}): AdapterHarness {
+/**
+ * `store: 'mysql'` runs the same scenarios on `@oncely/mysql` and the real MariaDB
+ * (`MYSQL_URL`); the default is `@oncely/postgres` on the real PostgreSQL.
+ */
+export function memoryHarness(
+  options: { poolMax?: number; store?: 'postgres' | 'mysql' } = {},
+): AdapterHarness {
   // One schema per run of this file, dropped only when every scenario passed.
   const schema = `oncely_memory_conformance_${randomBytes(4).toString('hex')}`;
+  const poolMax = options.poolMax === undefined ? {} : { poolMax: options.poolMax };
+  let admin: mysql.Pool | undefined;
+  const stores =
+    options.store === 'mysql'
+      ? dialectStores({
+          url: MYSQL_URL,
+          schema,
+          defaultPort: 3306,
+          sql: mysqlDialect(async (sql) => {
+            admin ??= mysql.createPool({ uri: MYSQL_URL, connectionLimit: 2 });
+            await admin.query(sql);
+          }),
+          createStore: (url, schema) => new MySqlStore({ url, schema, connectTimeoutMs: 2000, ...poolMax }),
+        })
+      : postgresStores({
+          connectionString: DATABASE_URL,
+          schema,
+          // Short connect timeout: while the proxy is cut, connecting is refused at once anyway.
+          createStore: (connectionString, schema) =>
+            new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000, ...poolMax }),
+        });
   return {
     brokerType: 'memory',
-    ...postgresStores({
-      connectionString: DATABASE_URL,
-      schema,
-      // Short connect timeout: while the proxy is cut, connecting is refused at once anyway.
-      createStore: (connectionString, schema) =>
-        new PostgresStore({
-          connectionString,
-          schema,
-          connectTimeoutMs: 2000,
-          ...(options.poolMax === undefined ? {} : { poolMax: options.poolMax }),
-        }),
-    }),
+    ...stores,
+    close: async () => {
+      await admin?.end();
+    },
     async setup({ name, leaseMs, maxDeliveries, ordered }) {
       // A broker per scenario: nothing leaks between scenarios.
       const broker = new MemoryBroker();
@@ -80,6 +108,16 @@ export function memoryHarness(options: { poolMax?: number } = {}): AdapterHarnes
       };
     },
   };
+}
+
+/** Resolves when MariaDB answers (the probe for requireService). */
+export async function probeMySql(): Promise<void> {
+  const connection = await mysql.createConnection({ uri: MYSQL_URL, connectTimeout: 3000 });
+  try {
+    await connection.query('DO 0');
+  } finally {
+    await connection.end();
+  }
 }
 
 /** Resolves when PostgreSQL answers (the probe for requireService). */

@@ -19,21 +19,24 @@ function snippets(markdown: string): Array<{ line: number; source: string }> {
   return found;
 }
 
-describe.each(['README.md', 'packages/core/README.md', 'packages/memory/README.md', 'docs/production.md'])(
-  '%s',
-  (file) => {
-    it('has ts snippets that compile under strict against the built packages', () => {
-      const blocks = snippets(readFileSync(join(root, file), 'utf8'));
-      expect(blocks.length).toBeGreaterThan(0);
-      // One program per snippet: each is a module of its own, as a user would paste it.
-      const result = typecheck(
-        blocks.map((block) => ({ name: `snippet_line_${block.line}.mts`, source: block.source })),
-      );
-      expect(result.output).toBe('');
-      expect(result.code).toBe(0);
-    });
-  },
-);
+describe.each([
+  'README.md',
+  'packages/core/README.md',
+  'packages/memory/README.md',
+  'packages/mysql/README.md',
+  'docs/production.md',
+])('%s', (file) => {
+  it('has ts snippets that compile under strict against the built packages', () => {
+    const blocks = snippets(readFileSync(join(root, file), 'utf8'));
+    expect(blocks.length).toBeGreaterThan(0);
+    // One program per snippet: each is a module of its own, as a user would paste it.
+    const result = typecheck(
+      blocks.map((block) => ({ name: `snippet_line_${block.line}.mts`, source: block.source })),
+    );
+    expect(result.output).toBe('');
+    expect(result.code).toBe(0);
+  });
+});
 
 describe('the snippet check', () => {
   it('fails on the strict errors the old README snippet had', () => {

@@ -15,6 +15,8 @@ options:
       --concurrency C           handlers in flight per consumer      (default ${DEFAULTS.concurrency})
       --drop-ack R              share of acks the broker loses, 0..<1 (default ${DEFAULTS.dropAck})
       --duplicate-delivery R    share of deliveries handed out twice  (default ${DEFAULTS.duplicateDelivery})
+      --store-url URL           run the Oncely consumer on MySQL / MariaDB (@oncely/mysql):
+                                mysql://root@127.0.0.1:3306/test (default: embedded PostgreSQL)
   -h, --help                    this message`;
 
 /**
@@ -54,6 +56,7 @@ async function main(argv: string[]): Promise<number> {
     concurrency,
     dropAckRate,
     duplicateDeliveryRate,
+    ...(values['store-url'] === undefined ? {} : { storeUrl: values['store-url'] }),
     onStatus: (line) => console.log(line),
     onProgress: (p) => console.log(progressLine(p)),
   });
@@ -80,6 +83,7 @@ function parseOptions(argv: string[]) {
       concurrency: { type: 'string' },
       'drop-ack': { type: 'string' },
       'duplicate-delivery': { type: 'string' },
+      'store-url': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });

@@ -1,7 +1,7 @@
 import { createConsumer, type Logger, stderrLogger } from '@oncely/core';
 import { type BrokerFaults, MemoryBroker, randomFaults } from '@oncely/memory';
-import { PostgresStore } from '@oncely/postgres';
 import { requestCharge } from './chargeClient.js';
+import { openDemoStore } from './demoStore.js';
 import { FakePaymentProvider } from './FakePaymentProvider.js';
 import { NAIVE_ACCOUNT, NaiveConsumer } from './NaiveConsumer.js';
 import { type Order, orderStream } from './orders.js';
@@ -35,6 +35,12 @@ export interface DemoOptions {
   timeoutMs?: number;
   /** The Oncely consumer's logger. @default stderrLogger (warnings and errors) */
   logger?: Logger;
+  /**
+   * The consumers' store: a `mysql://` or `mariadb://` URL runs the Oncely consumer on
+   * the MySQL store (@oncely/mysql) in a database of the run's own, dropped at the end.
+   * @default embedded PostgreSQL (PGlite)
+   */
+  storeUrl?: string;
 }
 
 /** One consumer's figures in a progress snapshot: the same counters the final table shows. */
@@ -176,16 +182,19 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
 
   // Two embedded PostgreSQL instances (PGlite, WebAssembly): the consumers' store and the
   // provider's own ledger. Starting them is most of the demo's first seconds.
+  const demoStore = await openDemoStore(options.storeUrl);
+  const { store } = demoStore;
   options.onStatus?.(
-    "starting the embedded databases (PGlite: the consumers' store and the payment provider's)…",
+    options.storeUrl === undefined
+      ? "starting the embedded databases (PGlite: the consumers' store and the payment provider's)…"
+      : `starting the databases (the consumers' store: ${demoStore.description}; the payment provider's: PGlite)…`,
   );
-  const store = PostgresStore.embedded();
   const startingProvider = FakePaymentProvider.start();
-  const migrating = store.migrate();
+  const migrating = demoStore.prepare();
   const [providerStart, storeStart] = await Promise.allSettled([startingProvider, migrating]);
   if (providerStart.status === 'rejected' || storeStart.status === 'rejected') {
     broker.close();
-    await store.close();
+    await demoStore.close();
     if (providerStart.status === 'fulfilled') await providerStart.value.close();
     throw providerStart.status === 'rejected'
       ? providerStart.reason
@@ -199,17 +208,6 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   let progressTimer: NodeJS.Timeout | undefined;
   const running: Array<{ stop(): Promise<void> }> = [];
   try {
-    await store.transaction((tx) =>
-      // No unique key on order_id on purpose: only Oncely's processed marker stands between a redelivery and a second row.
-      tx.query(`CREATE TABLE payments (
-        id bigserial PRIMARY KEY,
-        order_id text NOT NULL,
-        amount_cents integer NOT NULL,
-        charge_id text NOT NULL,
-        paid_at timestamptz NOT NULL DEFAULT now()
-      )`),
-    );
-
     const naive = new NaiveConsumer(broker, NAIVE_QUEUE, provider.url, concurrency);
     running.push(naive);
     const oncely = await createConsumer<Order>({
@@ -226,11 +224,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
           idempotencyKey: ctx.idempotencyKey('charge'),
           signal: ctx.signal,
         });
-        await ctx.tx.query('INSERT INTO payments (order_id, amount_cents, charge_id) VALUES ($1, $2, $3)', [
-          orderId,
-          amountCents,
-          charge.id,
-        ]);
+        await ctx.tx.query(demoStore.insertPayment, [orderId, amountCents, charge.id]);
       },
     });
     running.push(oncely);
@@ -280,13 +274,9 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     const last = progress(true);
     options.onProgress?.(last);
 
-    const { rows } = await store.transaction((tx) =>
-      tx.query<{ rows: number; orders: number }>(
-        'SELECT count(*)::int AS rows, count(DISTINCT order_id)::int AS orders FROM payments',
-      ),
-    );
-    const paymentRows = rows[0]?.rows ?? 0;
-    const distinctPaymentOrders = rows[0]?.orders ?? 0;
+    const counted = await demoStore.countPayments();
+    const paymentRows = counted.rows;
+    const distinctPaymentOrders = counted.orders;
     const drained = idle.every(Boolean);
     const sent = stream.publishes.length;
     const [naiveLedger, oncelyLedger] = await Promise.all([
@@ -345,6 +335,6 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     // Both stops are idempotent: a no-op after a normal run, a clean shutdown after a failure.
     await Promise.allSettled(running.map((consumer) => consumer.stop()));
     broker.close();
-    await Promise.all([store.close(), provider.close()]);
+    await Promise.all([demoStore.close(), provider.close()]);
   }
 }

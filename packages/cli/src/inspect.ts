@@ -5,18 +5,9 @@ import {
   loadAdapterModule,
   loadConfig,
 } from '@oncely/core';
-import { type PostgresStore, quoteIdentifier } from '@oncely/postgres';
 import { UsageError } from './duration.js';
 import type { CliIo } from './main.js';
-
-interface MarkerRow {
-  status: 'completed' | 'in_progress';
-  processed_at: Date;
-  locked_until: Date | null;
-  owner: string | null;
-  result: unknown;
-  expired: boolean;
-}
+import type { MarkerRow, OpenedStore } from './stores.js';
 
 /**
  * What the store can tell about one message, in words. A message has no marker until its
@@ -50,8 +41,7 @@ export function explainMessage(
 
 /** `oncely inspect CONSUMER MESSAGE_ID`: the marker, the attempt counter, and what they mean. */
 export async function inspect(
-  store: PostgresStore,
-  schema: string,
+  { store, queries }: OpenedStore,
   positionals: string[],
   io: CliIo,
   configFile?: string,
@@ -59,22 +49,15 @@ export async function inspect(
   const [consumer, messageId] = positionals;
   if (!consumer || !messageId) throw new UsageError('needs CONSUMER and MESSAGE_ID');
   const maxAttempts = Number(io.env.ONCELY_MAX_ATTEMPTS) || CONSUMER_DEFAULTS.maxAttempts;
-  const s = quoteIdentifier(schema, 'schema');
-  const { marker, attempts } = await store.transaction(async (tx) => ({
-    marker: (
-      await tx.query<MarkerRow>(
-        `SELECT status, processed_at, locked_until, owner, result, coalesce(locked_until < now(), false) AS expired
-           FROM ${s}.processed_messages WHERE consumer = $1 AND message_id = $2`,
-        [consumer, messageId],
-      )
-    ).rows[0],
-    attempts: (
-      await tx.query<{ attempts: number; updated_at: Date }>(
-        `SELECT attempts, updated_at FROM ${s}.attempts WHERE consumer = $1 AND message_id = $2`,
-        [consumer, messageId],
-      )
-    ).rows[0],
-  }));
+  const { marker, attempts } = await store.transaction(async (tx) => {
+    const [row] = (await tx.query<Record<string, unknown>>(queries.marker, [consumer, messageId])).rows;
+    return {
+      marker: row === undefined ? undefined : queries.markerRow(row),
+      attempts: (
+        await tx.query<{ attempts: number; updated_at: Date }>(queries.attempts, [consumer, messageId])
+      ).rows[0],
+    };
+  });
   let explanation = explainMessage(marker, attempts, maxAttempts);
   let deadLetters: DeadLetterCopy[] | undefined;
   if (!marker && (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE)) {

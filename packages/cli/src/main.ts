@@ -1,12 +1,12 @@
 import { parseArgs } from 'node:util';
 import type { BrokerType, DiagnoseFinding } from '@oncely/core';
 import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
-import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
 import { type CheckedConfig, leaseLimitFindings, retentionFindings } from './doctorChecks.js';
 import { parseDuration, UsageError } from './duration.js';
 import { inspect } from './inspect.js';
 import { OUTBOX_USAGE, outboxCommand } from './outbox.js';
 import { prune } from './prune.js';
+import { type CliStore, type OpenedStore, openCliStore } from './stores.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
 export interface CliIo {
@@ -34,8 +34,10 @@ commands:
 ${OUTBOX_USAGE}
 
 common options:
-  --database-url URL              default: $DATABASE_URL
-  --schema NAME                   default: $ONCELY_SCHEMA or 'oncely'
+  --database-url URL              default: $DATABASE_URL, else $ONCELY_STORE_URL;
+                                  postgres://... (@oncely/postgres) or mysql://...
+                                  (@oncely/mysql, MySQL 8.0+ / MariaDB 10.6+)
+  --schema NAME                   default: $ONCELY_SCHEMA or 'oncely' (MySQL: the database)
 `;
 
 /** Exit codes: 0 ok, 1 a check or command failed, 2 bad usage. */
@@ -54,7 +56,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     return 2;
   }
   const { values, positionals } = parsed;
-  const connectionString = values['database-url'] ?? io.env.DATABASE_URL;
+  const connectionString = values['database-url'] ?? (io.env.DATABASE_URL || io.env.ONCELY_STORE_URL);
   const schema = values.schema ?? io.env.ONCELY_SCHEMA ?? 'oncely';
   const needsStore = ['migrate', 'prune', 'stats', 'inspect', 'doctor'].includes(command);
   if (!needsStore) {
@@ -65,13 +67,14 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     io.err.write(`oncely ${command}: no database: pass --database-url or set DATABASE_URL\n`);
     return 2;
   }
-  let store: PostgresStore;
+  let opened: OpenedStore;
   try {
-    store = new PostgresStore({ connectionString, schema });
+    opened = await openCliStore(connectionString, schema);
   } catch (error) {
     io.err.write(`oncely ${command}: ${describe(error)}\n`);
     return 2;
   }
+  const { store } = opened;
   try {
     switch (command) {
       case 'migrate':
@@ -79,11 +82,11 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
       case 'prune':
         return await prune(store, values, io);
       case 'stats':
-        return await stats(store, schema, values.consumer, io);
+        return await stats(opened, values.consumer, io);
       case 'inspect':
-        return await inspect(store, schema, positionals, io, values.config);
+        return await inspect(opened, positionals, io, values.config);
       default:
-        return await doctor(store, schema, values, io);
+        return await doctor(opened, schema, values, io);
     }
   } catch (error) {
     io.err.write(`oncely ${command}: ${describe(error)}\n`);
@@ -111,7 +114,7 @@ function parse(args: string[]) {
   });
 }
 
-async function migrate(store: PostgresStore, io: CliIo): Promise<number> {
+async function migrate(store: CliStore, io: CliIo): Promise<number> {
   const { applied, version } = await store.migrate();
   io.out.write(
     applied.length
@@ -122,26 +125,22 @@ async function migrate(store: PostgresStore, io: CliIo): Promise<number> {
 }
 
 async function stats(
-  store: PostgresStore,
-  schema: string,
+  { store, queries }: OpenedStore,
   consumer: string | undefined,
   io: CliIo,
 ): Promise<number> {
-  const s = quoteIdentifier(schema, 'schema');
-  const where = consumer === undefined ? '' : 'WHERE consumer = $1';
-  const params = consumer === undefined ? [] : [consumer];
+  const withConsumer = consumer !== undefined;
+  const params = withConsumer ? [consumer] : [];
   const { markers, attempts } = await store.transaction(async (tx) => ({
     markers: (
       await tx.query<{ consumer: string; status: string; n: number; oldest: Date; newest: Date }>(
-        `SELECT consumer, status, count(*)::int AS n, min(processed_at) AS oldest, max(processed_at) AS newest
-           FROM ${s}.processed_messages ${where} GROUP BY consumer, status ORDER BY consumer, status`,
+        queries.markerStats(withConsumer),
         params,
       )
     ).rows,
     attempts: (
       await tx.query<{ consumer: string; n: number; retried: number }>(
-        `SELECT consumer, count(*)::int AS n, count(*) FILTER (WHERE attempts > 1)::int AS retried
-           FROM ${s}.attempts ${where} GROUP BY consumer ORDER BY consumer`,
+        queries.attemptStats(withConsumer),
         params,
       )
     ).rows,
@@ -162,7 +161,7 @@ async function stats(
 }
 
 async function doctor(
-  store: PostgresStore,
+  { store, latestVersion }: OpenedStore,
   schema: string,
   values: { config?: string; retention?: string },
   io: CliIo,
@@ -175,7 +174,10 @@ async function doctor(
     await store.ping();
     findings.push({
       level: 'ok',
-      message: `store: database answers, schema '${schema}' at version ${LATEST_VERSION}`,
+      message:
+        latestVersion === undefined
+          ? `store: database answers, schema '${schema}' is up to date`
+          : `store: database answers, schema '${schema}' at version ${latestVersion}`,
     });
   } catch (error) {
     // The error's own message already says how to fix it (`oncely migrate`, upgrade, ...).

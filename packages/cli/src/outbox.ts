@@ -46,9 +46,13 @@ export async function outboxCommand(args: string[], io: CliIo): Promise<number> 
     io.err.write(`oncely outbox: --limit must be a positive integer; got ${values.limit}\n`);
     return 2;
   }
-  const connectionString = values['database-url'] ?? io.env.DATABASE_URL;
+  const connectionString = values['database-url'] ?? (io.env.DATABASE_URL || io.env.ONCELY_STORE_URL);
   if (!connectionString) {
     io.err.write('oncely outbox: no database: pass --database-url or set DATABASE_URL\n');
+    return 2;
+  }
+  if (/^(mysql|mariadb):/i.test(connectionString)) {
+    io.err.write('oncely outbox: the MySQL store (@oncely/mysql) has no transactional outbox\n');
     return 2;
   }
   const schema = values.schema ?? io.env.ONCELY_SCHEMA ?? 'oncely';

@@ -1,6 +1,6 @@
-import type { PostgresStore } from '@oncely/postgres';
 import { parseDuration, UsageError } from './duration.js';
 import type { CliIo } from './main.js';
+import type { CliStore } from './stores.js';
 
 /** Youngest age `prune` accepts without `--force`, unless `ONCELY_PRUNE_MIN_AGE` says otherwise. */
 export const DEFAULT_PRUNE_MIN_AGE = '1h';
@@ -21,7 +21,7 @@ export interface PruneArgs {
  * 1 h by default) unless `--force`: a marker pruned while its message can still be
  * redelivered lets that message run again.
  */
-export async function prune(store: PostgresStore, args: PruneArgs, io: CliIo): Promise<number> {
+export async function prune(store: CliStore, args: PruneArgs, io: CliIo): Promise<number> {
   const text = args['older-than'];
   if (!text) throw new UsageError('--older-than is required (e.g. --older-than 14d)');
   const olderThan = parseDuration(text);

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError } from './errors.js';
 import { MISMATCH_POLICIES, validateFingerprintOptions } from './fingerprint.js';
+import { STORE_PACKAGES, type StoreConfig } from './storeConfig.js';
 import type { BrokerConfig, BrokerType, ConsumerConfig } from './types.js';
 
 /** Broker types `createConsumer` knows, and the package that implements each. */
@@ -271,7 +272,10 @@ function show(value: unknown): string {
 // ---------------------------------------------------------------------------------------
 
 /** The part of a consumer config that can live in a file or the environment. */
-export type LoadedConfig = Omit<ConsumerConfig, 'store' | 'handler' | 'batchHandler' | 'logger'>;
+export type LoadedConfig = Omit<ConsumerConfig, 'store' | 'handler' | 'batchHandler' | 'logger'> & {
+  /** From `ONCELY_STORE_URL`: `createConsumer` builds the store from it (see {@link StoreConfig}). */
+  store?: StoreConfig;
+};
 
 /**
  * Where {@link loadConfig} reads from.
@@ -314,7 +318,11 @@ const OTHER_VARIABLES: Record<string, { field: string; type: string }> = {
   ONCELY_ID_ATTRIBUTE: { field: 'idStrategy: { attribute }', type: 'string' },
   ONCELY_ID_STRATEGY: { field: 'idStrategy', type: ID_STRATEGIES.join(' | ') },
   ONCELY_BROKER_TYPE: { field: 'broker.type', type: Object.keys(ADAPTER_PACKAGES).join(' | ') },
-  ONCELY_SCHEMA: { field: "PostgresStore's schema (and the CLI's --schema)", type: 'identifier' },
+  ONCELY_STORE_URL: {
+    field: 'store: { url } (createConsumer loads @oncely/postgres or @oncely/mysql by the scheme)',
+    type: 'postgres:// | mysql:// URL',
+  },
+  ONCELY_SCHEMA: { field: "the store's schema (and the CLI's --schema)", type: 'identifier' },
   ONCELY_PRUNE_MIN_AGE: { field: 'the youngest age `oncely prune` takes without --force', type: 'duration' },
 };
 
@@ -489,6 +497,10 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
     config.idStrategy = env.ONCELY_ID_STRATEGY;
     sources.set('idStrategy', 'ONCELY_ID_STRATEGY');
   }
+  if (env.ONCELY_STORE_URL) {
+    config.store = { url: checkStoreUrl(env.ONCELY_STORE_URL, 'ONCELY_STORE_URL') };
+    sources.set('store', 'ONCELY_STORE_URL');
+  }
   if (env.ONCELY_BROKER_TYPE) {
     if (config.broker?.type !== undefined && config.broker.type !== env.ONCELY_BROKER_TYPE) {
       config.broker = {}; // a different broker: options from the file belong to the other one
@@ -581,4 +593,24 @@ function setPath(target: Record<string, any>, path: string, value: unknown): voi
   let node = target;
   for (const part of parts.slice(0, -1)) node = node[part] ??= {};
   node[parts.at(-1)!] = value;
+}
+
+/** A store URL whose scheme names a store package; the URL itself is redacted from errors. */
+function checkStoreUrl(url: string, field: string): string {
+  let scheme: string;
+  try {
+    scheme = new URL(url).protocol.slice(0, -1);
+  } catch {
+    throw new ConfigError(
+      field,
+      'must be a URL such as postgres://user@host:5432/db or mysql://user@host:3306/db',
+    );
+  }
+  if (!(scheme in STORE_PACKAGES)) {
+    throw new ConfigError(
+      field,
+      `has the scheme ${scheme}://; known: ${Object.keys(STORE_PACKAGES).join(', ')}`,
+    );
+  }
+  return url;
 }

@@ -5,7 +5,29 @@ import { Consumer } from './Consumer.js';
 import { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, labelBrokerError, validateConsumerConfig } from './config.js';
 import { AdapterNotInstalledError, ConfigError } from './errors.js';
 import { stderrLogger } from './logger.js';
-import type { AdapterModule, BrokerConfig, BrokerType, ConsumerConfig, SqlClient } from './types.js';
+import { isStoreConfig, openStore, type StoreConfig } from './storeConfig.js';
+import type {
+  AdapterModule,
+  BrokerAdapter,
+  BrokerConfig,
+  BrokerType,
+  ConsumerConfig,
+  IdempotencyStore,
+  SqlClient,
+} from './types.js';
+
+/**
+ * What {@link createConsumer} takes: a {@link ConsumerConfig} whose `store` may also be a
+ * {@link StoreConfig} (`{ url }`, as `loadConfig()` reads it from `ONCELY_STORE_URL`).
+ *
+ * @example
+ * ```ts
+ * const options: ConsumerOptions = { ...loadConfig(), handler }; // ONCELY_STORE_URL=mysql://app@db:3306/app
+ * ```
+ */
+export type ConsumerOptions<TBody = unknown, Tx = SqlClient> = Omit<ConsumerConfig<TBody, Tx>, 'store'> & {
+  store?: IdempotencyStore<Tx> | StoreConfig;
+};
 
 /**
  * Creates a consumer for `config.broker.type`, loading the adapter package
@@ -26,11 +48,41 @@ import type { AdapterModule, BrokerConfig, BrokerType, ConsumerConfig, SqlClient
  * ```
  */
 export async function createConsumer<TBody = unknown, Tx = SqlClient>(
-  config: ConsumerConfig<TBody, Tx>,
+  config: ConsumerOptions<TBody, Tx>,
 ): Promise<Consumer<TBody, Tx>> {
-  validateConsumerConfig(config);
-  const module = await loadAdapterModule(config.broker.type as BrokerType);
-  return createConsumerWith(config, module.createAdapter);
+  if (!isStoreConfig(config.store)) {
+    const given = config as ConsumerConfig<TBody, Tx>;
+    validateConsumerConfig(given);
+    const module = await loadAdapterModule(given.broker.type as BrokerType);
+    return createConsumerWith(given, module.createAdapter);
+  }
+  // A store by configuration: built here (no connection yet), owned by the consumer, and
+  // closed after its adapter closes (stop, or a start that failed).
+  const store = (await openStore(config.store)) as unknown as IdempotencyStore<Tx>;
+  try {
+    const resolved = { ...config, store } as ConsumerConfig<TBody, Tx>;
+    validateConsumerConfig(resolved);
+    const module = await loadAdapterModule(resolved.broker.type as BrokerType);
+    return createConsumerWith(resolved, (broker, options) =>
+      closingStore(module.createAdapter(broker, options), store),
+    );
+  } catch (error) {
+    await store.close().catch(() => {});
+    throw error;
+  }
+}
+
+/** The adapter, whose close() also closes the store the consumer built from its config. */
+function closingStore(adapter: BrokerAdapter, store: IdempotencyStore<any>): BrokerAdapter {
+  const close = adapter.close.bind(adapter);
+  adapter.close = async () => {
+    try {
+      await close();
+    } finally {
+      await store.close();
+    }
+  };
+  return adapter;
 }
 
 /**

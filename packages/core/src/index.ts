@@ -11,6 +11,7 @@ export {
   loadConfig,
   validateConsumerConfig,
 } from './config.js';
+export type { ConsumerOptions } from './createConsumer.js';
 export { createConsumer, createConsumerWith, loadAdapterModule } from './createConsumer.js';
 export type { OncelyErrorCode } from './errors.js';
 export {
@@ -63,6 +64,8 @@ export {
   processOnce,
   retryTransient,
 } from './processOnce.js';
+export type { StoreConfig, StoreModule } from './storeConfig.js';
+export { isStoreConfig, openStore, STORE_PACKAGES, StoreNotInstalledError } from './storeConfig.js';
 export type { TelemetryConfig } from './telemetry.js';
 export { extractTraceContext, INSTRUMENTATION_SCOPE, traceHeaders } from './telemetry.js';
 export type {

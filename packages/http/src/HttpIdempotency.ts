@@ -218,6 +218,13 @@ export class HttpIdempotency {
     if (!store || typeof store.transaction !== 'function') {
       throw new ConfigError('store', 'must be an Oncely store (for example a PostgresStore)');
     }
+    // This package's SQL is PostgreSQL's: refused here rather than failing every request.
+    if ((store as { dialect?: unknown }).dialect === 'mysql') {
+      throw new ConfigError(
+        'store',
+        'is a MySQL store: @oncely/http works on the PostgreSQL store only (for now)',
+      );
+    }
     this.store = store;
     this.mode = options.mode ?? 'transactional';
     if (this.mode !== 'transactional' && this.mode !== 'leased') {

@@ -1,6 +1,7 @@
 export type { ApplyIfNewerOptions } from './applyIfNewer.js';
 export { applyIfNewer } from './applyIfNewer.js';
 export { classifyPostgresError, classifyStoreError } from './classifyError.js';
+export { createStore } from './createStore.js';
 export type { CallerTransaction } from './drivers/CallerTransactionDriver.js';
 export type { PgPoolClientLike, PgPoolLike } from './drivers/PgDriver.js';
 export type { PgliteLike, PgliteResultsLike, PgliteTransactionLike } from './drivers/PgliteDriver.js';

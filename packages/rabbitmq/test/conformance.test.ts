@@ -1,14 +1,18 @@
 import { randomUUID } from 'node:crypto';
+import { MySqlStore } from '@oncely/mysql';
 import { PostgresStore } from '@oncely/postgres';
 import { assertTopology, REASON_HEADER } from '@oncely/rabbitmq';
 import {
   type AdapterFeatures,
   type AdapterHarness,
+  dialectStores,
   type HarnessSetup,
+  mysqlDialect,
   postgresStores,
   requireService,
   runAdapterConformance,
 } from '@oncely/testkit';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { describe } from 'vitest';
 import {
@@ -38,6 +42,12 @@ const hasPostgres = await requireService('PostgreSQL', async () => {
   await client.end();
 });
 
+const MYSQL_URL = process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
+const hasMySql = await requireService('MariaDB', async () => {
+  const connection = await mysql.createConnection({ uri: MYSQL_URL, connectTimeout: 3000 });
+  await connection.end();
+});
+
 const FEATURES: AdapterFeatures = {
   redeliveryOnRetry: true,
   delayedRetry: true,
@@ -53,8 +63,13 @@ const FEATURES: AdapterFeatures = {
   crossProcess: true,
 };
 
-function rabbitHarness(queueType: 'classic' | 'quorum'): AdapterHarness {
+/** `store: 'mysql'`: the same scenarios with @oncely/mysql on the real MariaDB. */
+function rabbitHarness(
+  queueType: 'classic' | 'quorum',
+  store: 'postgres' | 'mysql' = 'postgres',
+): AdapterHarness {
   let raw: RawBroker | undefined;
+  let admin: mysql.Pool | undefined;
   const broker = async () => {
     raw ??= await rawBroker();
     return raw;
@@ -64,12 +79,23 @@ function rabbitHarness(queueType: 'classic' | 'quorum'): AdapterHarness {
     brokerType: 'rabbitmq',
     childModule: new URL('./child.mjs', import.meta.url).href,
 
-    ...postgresStores({
-      connectionString: DATABASE_URL,
-      schema,
-      createStore: (connectionString, schema) =>
-        new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000 }),
-    }),
+    ...(store === 'mysql'
+      ? dialectStores({
+          url: MYSQL_URL,
+          schema,
+          defaultPort: 3306,
+          sql: mysqlDialect(async (sql) => {
+            admin ??= mysql.createPool({ uri: MYSQL_URL, connectionLimit: 2 });
+            await admin.query(sql);
+          }),
+          createStore: (url, schema) => new MySqlStore({ url, schema, connectTimeoutMs: 2000 }),
+        })
+      : postgresStores({
+          connectionString: DATABASE_URL,
+          schema,
+          createStore: (connectionString, schema) =>
+            new PostgresStore({ connectionString, schema, connectTimeoutMs: 2000 }),
+        })),
 
     async setup({ name }): Promise<HarnessSetup> {
       const raw = await broker();
@@ -154,6 +180,7 @@ function rabbitHarness(queueType: 'classic' | 'quorum'): AdapterHarness {
 
     async close() {
       await raw?.close();
+      await admin?.end();
     },
   };
 }
@@ -168,5 +195,13 @@ describe.skipIf(!hasRabbit || !hasPostgres)('RabbitMQ adapter conformance', () =
     name: 'quorum queue',
     features: { ...FEATURES, deliveryCount: true },
     createHarness: () => rabbitHarness('quorum'),
+  });
+});
+
+describe.skipIf(!hasRabbit || !hasMySql)('RabbitMQ adapter conformance, MySQL store', () => {
+  runAdapterConformance({
+    name: 'classic queue (real MariaDB, @oncely/mysql)',
+    features: FEATURES,
+    createHarness: () => rabbitHarness('classic', 'mysql'),
   });
 });

@@ -24,6 +24,7 @@ import type {
 } from './harness.js';
 import { Latch } from './Latch.js';
 import { ConsumerSpy, waitFor } from './spies.js';
+import { POSTGRES_DIALECT, type SqlDialect } from './sqlDialect.js';
 
 /** State shared by the scenarios of one `runAdapterConformance` run. */
 export interface SuiteState {
@@ -31,8 +32,10 @@ export interface SuiteState {
   harness: AdapterHarness;
   storeHandle: StoreHandle;
   adapterModule: AdapterModule;
-  /** Quoted schema holding the effect tables of this run. */
+  /** Quoted schema (MySQL: database) holding the effect tables of this run. */
   schema: string;
+  /** The SQL dialect of the store's transactions (the harness's, else PostgreSQL's). */
+  sql: SqlDialect;
   schemaName: string;
   scenarioCount: number;
   failed: boolean;
@@ -101,7 +104,7 @@ export class ScenarioRun {
   ) {
     const tag = `${state.scenarioCount}_${randomBytes(3).toString('hex')}`;
     this.consumerName = `conformance-${slug}-${tag}`;
-    this.table = `${state.schema}."${slug.replaceAll('-', '_')}_${tag}"`;
+    this.table = `${state.schema}.${state.sql.quote(`${slug.replaceAll('-', '_')}_${tag}`)}`;
     this.setup = setup;
     this.leaseMs = setup.leaseMs ?? requestedLeaseMs;
   }
@@ -117,15 +120,16 @@ export class ScenarioRun {
     const setup = await state.harness.setup({ name, ...options });
     const run = new ScenarioRun(state, slug, setup, options.leaseMs);
     // No unique key on message_id on purpose: a second effect must be visible as a second row.
-    await run.sql(
+    const { types } = state.sql;
+    await run.ddl(
       `CREATE TABLE ${run.table} (
-         ord bigserial PRIMARY KEY,
-         message_id text NOT NULL,
+         ord ${types.serialPrimaryKey},
+         message_id ${types.key} NOT NULL,
          attempt integer,
-         consumer text,
-         ordering_key text,
+         consumer ${types.text},
+         ordering_key ${types.text},
          seq integer,
-         at timestamptz NOT NULL DEFAULT clock_timestamp()
+         at ${types.insertedAt}
        )`,
     );
     return run;
@@ -134,6 +138,17 @@ export class ScenarioRun {
   /** The store the suite checks through (never the proxied one). */
   get store(): IdempotencyStore<SqlClient> {
     return this.state.storeHandle.store;
+  }
+
+  /** The INSERT of one effect row (message_id, attempt, consumer, ordering_key, seq), in the store's dialect. */
+  get insertEffectSql(): string {
+    const p = this.state.sql.param;
+    return `INSERT INTO ${this.table} (message_id, attempt, consumer, ordering_key, seq) VALUES (${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, ${p(5)})`;
+  }
+
+  /** DDL where the dialect runs it (outside store transactions on MySQL), else in a store transaction. */
+  async ddl(statement: string): Promise<void> {
+    await suiteDdl(this.state.sql, this.store, statement);
   }
 
   /** Runs one statement on the checking store. */
@@ -148,10 +163,13 @@ export class ScenarioRun {
     consumer: string,
     seq?: number,
   ): Promise<void> {
-    await ctx.tx.query(
-      `INSERT INTO ${this.table} (message_id, attempt, consumer, ordering_key, seq) VALUES ($1, $2, $3, $4, $5)`,
-      [message.id, ctx.attempt, consumer, message.orderingKey ?? null, seq ?? null],
-    );
+    await ctx.tx.query(this.insertEffectSql, [
+      message.id,
+      ctx.attempt,
+      consumer,
+      message.orderingKey ?? null,
+      seq ?? null,
+    ]);
   }
 
   /** Committed effect rows, in insertion order. */
@@ -172,7 +190,7 @@ export class ScenarioRun {
 
   async effectsOf(messageId: string): Promise<number> {
     const [row] = await this.sql<{ n: string }>(
-      `SELECT count(*) AS n FROM ${this.table} WHERE message_id = $1`,
+      `SELECT count(*) AS n FROM ${this.table} WHERE message_id = ${this.state.sql.param(1)}`,
       [messageId],
     );
     return Number(row?.n ?? 0);
@@ -339,7 +357,7 @@ export class ScenarioRun {
     await Promise.allSettled(this.consumers.map((consumer) => consumer.stop()));
     for (const cleanup of this.cleanups.reverse()) await cleanup().catch(() => {});
     await this.setup.teardown().catch(() => {});
-    if (passed) await this.sql(`DROP TABLE IF EXISTS ${this.table}`).catch(() => {});
+    if (passed) await this.ddl(`DROP TABLE IF EXISTS ${this.table}`).catch(() => {});
   }
 }
 
@@ -356,6 +374,21 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
       { once: true },
     );
   });
+}
+
+/** Runs DDL through the dialect's own path when it has one, else in a transaction of `store`. */
+export async function suiteDdl(
+  sql: SqlDialect,
+  store: IdempotencyStore<SqlClient>,
+  statement: string,
+): Promise<void> {
+  if (sql.ddl) await sql.ddl(statement);
+  else await store.transaction((tx) => tx.query(statement));
+}
+
+/** The dialect a harness declares, else PostgreSQL's. */
+export function harnessDialect(harness: AdapterHarness): SqlDialect {
+  return harness.sql ?? POSTGRES_DIALECT;
 }
 
 /** Loads the adapter module for a harness. */

@@ -6,7 +6,14 @@ import type { CrashPoint } from './childProtocol.js';
 import { type CrashingChild, startCrashingChild } from './crashingChild.js';
 import { HarnessIncompleteError, WaitTimeoutError } from './errors.js';
 import type { AdapterFeatures, AdapterHarness, SetupOptions, StoreHandle } from './harness.js';
-import { loadHarnessAdapter, ScenarioRun, type SuiteState, sleep } from './ScenarioRun.js';
+import {
+  harnessDialect,
+  loadHarnessAdapter,
+  ScenarioRun,
+  type SuiteState,
+  sleep,
+  suiteDdl,
+} from './ScenarioRun.js';
 import { waitFor } from './spies.js';
 import { TcpProxy } from './TcpProxy.js';
 
@@ -116,11 +123,11 @@ export function runAdapterConformance(options: AdapterConformanceOptions): void 
         storeHandle = await harness.createStore();
         const adapterModule = await loadHarnessAdapter(harness);
         const schemaName = `oncely_conformance_${randomBytes(4).toString('hex')}`;
-        const schema = `"${schemaName}"`;
-        await storeHandle.store.transaction(async (tx) => {
-          await tx.query(`CREATE SCHEMA ${schema}`);
-        });
+        const sql = harnessDialect(harness);
+        const schema = sql.quote(schemaName);
+        await suiteDdl(sql, storeHandle.store, sql.createNamespace(schema));
         state = {
+          sql,
           features,
           harness,
           storeHandle,
@@ -140,15 +147,11 @@ export function runAdapterConformance(options: AdapterConformanceOptions): void 
 
     afterAll(async () => {
       if (!state) return;
-      const { storeHandle, harness, schema, failed } = state;
+      const { storeHandle, harness, schema, failed, sql } = state;
       if (failed) {
         console.warn(`[oncely conformance] a scenario failed: schema ${schema} is kept for inspection`);
       } else {
-        await storeHandle.store
-          .transaction(async (tx) => {
-            await tx.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-          })
-          .catch(() => {});
+        await suiteDdl(sql, storeHandle.store, sql.dropNamespace(schema)).catch(() => {});
       }
       await storeHandle.cleanup({ passed: !failed }).catch(() => {});
       await harness.close?.();
@@ -475,7 +478,7 @@ const SCENARIOS: Scenario[] = [
         handler: async (message, ctx) => {
           await run.insertEffect(ctx, message, 'a');
           if (message.id === swallows && ctx.attempt === 1) {
-            await ctx.tx.query('SELECT 1 / 0').catch(() => {
+            await ctx.tx.query(run.state.sql.failingStatement).catch(() => {
               // The deliberate mistake: the transaction is aborted, the handler returns.
             });
           }
@@ -1023,10 +1026,7 @@ const SCENARIOS: Scenario[] = [
         backoff: { initialMs: 100, maxMs: 500 },
         handler: async (message: Message<any>, ctx: HandlerContext<SqlClient>) => {
           const { key, seq } = message.body as { key: string; seq: number };
-          await ctx.tx.query(
-            `INSERT INTO ${run.table} (message_id, attempt, consumer, ordering_key, seq) VALUES ($1, $2, $3, $4, $5)`,
-            [message.id, ctx.attempt, 'a', key, seq],
-          );
+          await ctx.tx.query(run.insertEffectSql, [message.id, ctx.attempt, 'a', key, seq]);
           if (message.id === failing && ctx.attempt === 1)
             throw new Error('planned failure in the middle of key-b');
         },
@@ -1216,10 +1216,7 @@ const SCENARIOS: Scenario[] = [
 
 /** Sessions of this database waiting on a lock (the racing consumer's claim). */
 async function lockWaiters(run: ScenarioRun): Promise<number> {
-  const [row] = await run.sql<{ n: string }>(
-    `SELECT count(*) AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
-  );
+  const [row] = await run.sql<{ n: string }>(run.state.sql.lockWaiters);
   return Number(row?.n ?? 0);
 }
 
@@ -1259,6 +1256,7 @@ async function startScenarioChild(
       handlerTimeoutMs: 60_000,
     },
     effectsTable: run.table,
+    insertEffect: run.insertEffectSql,
     crash,
     maxLifetimeMs: t(120_000),
   });

@@ -75,7 +75,8 @@ async function main(): Promise<void> {
       ...(idStrategy === undefined ? {} : { idStrategy }),
       handler: async (message, ctx) => {
         await ctx.tx.query(
-          `INSERT INTO ${plan.effectsTable} (message_id, attempt, consumer, ordering_key, seq) VALUES ($1, $2, $3, $4, $5)`,
+          plan.insertEffect ??
+            `INSERT INTO ${plan.effectsTable} (message_id, attempt, consumer, ordering_key, seq) VALUES ($1, $2, $3, $4, $5)`,
           [message.id, ctx.attempt, 'child', message.orderingKey ?? null, null],
         );
         if (point === 'before-commit' && message.id === target) {

@@ -36,6 +36,11 @@ export interface ChildPlan {
   };
   /** Fully qualified, already quoted effects table (built by the suite from safe characters). */
   effectsTable: string;
+  /**
+   * The effect's INSERT in the store's SQL dialect (placeholders for message_id, attempt,
+   * consumer, ordering_key, seq). @default PostgreSQL's, with `$1`..`$5`
+   */
+  insertEffect?: string;
   crash: { point: CrashPoint; messageId: string };
   /** The child exits on its own after this long (no orphans if the parent forgets it). */
   maxLifetimeMs: number;

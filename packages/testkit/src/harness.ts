@@ -1,4 +1,5 @@
 import type { AdapterModule, BrokerConfig, IdempotencyStore, IdStrategy, SqlClient } from '@oncely/core';
+import type { SqlDialect } from './sqlDialect.js';
 
 /**
  * What a broker can do; a conformance scenario whose feature is absent is skipped with
@@ -257,4 +258,9 @@ export interface AdapterHarness {
   backlogUnknown?: string;
   /** Called once after the last scenario. */
   close?(): Promise<void>;
+  /**
+   * The SQL dialect of the store's transactions, for the suite's effect tables and probes
+   * (a MySQL store passes MySQL's). @default PostgreSQL's
+   */
+  sql?: SqlDialect;
 }

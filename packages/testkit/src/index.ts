@@ -5,6 +5,8 @@ export { runAdapterConformance } from './adapterConformance.js';
 export type { ChildPlan, ChildReport, CrashPoint } from './childProtocol.js';
 export type { CrashingChild } from './crashingChild.js';
 export { startCrashingChild } from './crashingChild.js';
+export type { DialectStoresOptions } from './dialectStores.js';
+export { dialectStores } from './dialectStores.js';
 export type { TestkitErrorCode } from './errors.js';
 export {
   ChildProcessError,
@@ -38,6 +40,8 @@ export { postgresStores } from './postgresStores.js';
 export { requireService } from './services.js';
 export type { EventSource, RecordedEvent, WaitForOptions } from './spies.js';
 export { ConsumerSpy, waitFor } from './spies.js';
+export type { SqlDialect } from './sqlDialect.js';
+export { mysqlDialect, POSTGRES_DIALECT } from './sqlDialect.js';
 export type {
   StoreConformanceOptions,
   StoreFactory,

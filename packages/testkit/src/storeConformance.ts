@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IdempotencyStore, LeaseClaim, MessageKey, SqlClient } from '@oncely/core';
 import { processOnce } from '@oncely/core';
 import { describe, expect, it } from 'vitest';
+import { POSTGRES_DIALECT, type SqlDialect } from './sqlDialect.js';
 
 /** One isolated store a conformance test runs against. */
 export interface StoreUnderTest {
@@ -25,6 +26,11 @@ export interface StoreUnderTest {
    * Without it, tables get unique names in the default schema and the suite drops them.
    */
   schema?: string;
+  /**
+   * The SQL dialect of the store's transactions, for the suite's own tables and probes.
+   * @default PostgreSQL's
+   */
+  sql?: SqlDialect;
 }
 
 /** What a conformance test asks of the factory. */
@@ -298,14 +304,10 @@ export function runStoreConformance(
         'classifyError reads SQLSTATEs of real database errors',
         () =>
           withStore(async (env) => {
-            const raise = (sqlstate: string) =>
-              env.store.transaction((tx) =>
-                tx.query(
-                  `DO $$ BEGIN RAISE EXCEPTION 'conformance probe' USING ERRCODE = '${sqlstate}'; END $$`,
-                ),
-              );
-            for (const sqlstate of ['40001', '40P01', '55P03']) {
-              expect(env.store.classifyError(await rejection(raise(sqlstate)))).toBe('transient');
+            const raise = (kind: 'serialization' | 'deadlock' | 'lockTimeout') =>
+              env.store.transaction((tx) => tx.query(env.sql.raise(kind)));
+            for (const kind of ['serialization', 'deadlock', 'lockTimeout'] as const) {
+              expect(env.store.classifyError(await rejection(raise(kind))), kind).toBe('transient');
             }
             const effects = await env.effectsTable({ unique: true });
             const duplicateKey = await rejection(
@@ -314,7 +316,7 @@ export function runStoreConformance(
                 await effects.insert(tx, 'twice');
               }),
             );
-            expect((duplicateKey as { code?: string }).code).toBe('23505');
+            expect(env.sql.isUniqueViolation(duplicateKey), 'a unique-key violation').toBe(true);
             expect(env.store.classifyError(duplicateKey)).toBe('other');
             expect(env.store.classifyError(new Error('Connection terminated unexpectedly'))).toBe('other');
           }),
@@ -334,9 +336,7 @@ export function runStoreConformance(
               calls++;
               await effects.insert(tx, key.messageId);
               if (calls === 1) {
-                await tx.query(
-                  `DO $$ BEGIN RAISE EXCEPTION 'simulated serialization failure' USING ERRCODE = '40001'; END $$`,
-                );
+                await tx.query(env.sql.raise('serialization'));
               }
               return calls;
             });
@@ -364,7 +364,7 @@ export function runStoreConformance(
                 const outcome = await processOnce(store, { consumer, messageId }, async (tx) => {
                   await effects.insert(tx, messageId);
                   // Hold the marker briefly so the other side really meets an open transaction.
-                  await tx.query('SELECT pg_sleep(0.005)');
+                  await tx.query(env.sql.sleep(0.005));
                 });
                 outcomes[outcome.status]++;
               }),
@@ -409,7 +409,7 @@ export function runStoreConformance(
         const outcome = await processOnce(other, key, async (tx) => {
           calls++;
           if (calls === 2) release.resolve();
-          await tx.query(`SET LOCAL lock_timeout = '100ms'`);
+          await tx.query(env.sql.shortLockTimeout);
           await tx.query(`SELECT 1 FROM ${locks.name} WHERE message_id = 'contended' FOR UPDATE`);
           await effects.insert(tx, key.messageId);
         });
@@ -643,6 +643,16 @@ class TestEnv {
     return this.under.store;
   }
 
+  get sql(): SqlDialect {
+    return this.under.sql ?? POSTGRES_DIALECT;
+  }
+
+  /** DDL where the dialect runs it (outside store transactions on MySQL), else in a store transaction. */
+  async ddl(statement: string): Promise<void> {
+    if (this.sql.ddl) await this.sql.ddl(statement);
+    else await this.store.transaction((tx) => tx.query(statement));
+  }
+
   consumer(label: string): string {
     return `${label}-${this.suffix}`;
   }
@@ -665,11 +675,12 @@ class TestEnv {
    */
   async effectsTable(options: { unique?: boolean } = {}): Promise<EffectsTable> {
     const base = `effects_${this.suffix}_${this.tables.length}`;
-    const name = this.under.schema ? `"${this.under.schema}"."${base}"` : `"${base}"`;
+    const { quote } = this.sql;
+    const name = this.under.schema ? `${quote(this.under.schema)}.${quote(base)}` : quote(base);
     const key = options.unique ? ' PRIMARY KEY' : '';
-    await this.store.transaction((tx) => tx.query(`CREATE TABLE ${name} (message_id text NOT NULL${key})`));
+    await this.ddl(`CREATE TABLE ${name} (message_id ${this.sql.types.key} NOT NULL${key})`);
     this.tables.push(name);
-    return new EffectsTable(this.store, name);
+    return new EffectsTable(this.store, name, this.sql);
   }
 
   /**
@@ -693,8 +704,7 @@ class TestEnv {
     try {
       for (const store of this.siblings) await store.close();
       if (passed && !this.under.schema) {
-        for (const table of this.tables)
-          await this.store.transaction((tx) => tx.query(`DROP TABLE IF EXISTS ${table}`));
+        for (const table of this.tables) await this.ddl(`DROP TABLE IF EXISTS ${table}`);
       }
     } finally {
       await this.under.cleanup({ passed });
@@ -706,24 +716,26 @@ class EffectsTable {
   constructor(
     private readonly store: IdempotencyStore<SqlClient>,
     readonly name: string,
+    private readonly sql: SqlDialect,
   ) {}
 
   async insert(tx: SqlClient, messageId: string): Promise<void> {
-    await tx.query(`INSERT INTO ${this.name} (message_id) VALUES ($1)`, [messageId]);
+    await tx.query(`INSERT INTO ${this.name} (message_id) VALUES (${this.sql.param(1)})`, [messageId]);
   }
 
   async count(messageId: string): Promise<number> {
     const { rows } = await this.store.transaction((tx) =>
-      tx.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${this.name} WHERE message_id = $1`, [
-        messageId,
-      ]),
+      tx.query<{ n: number }>(
+        `SELECT ${this.sql.count} AS n FROM ${this.name} WHERE message_id = ${this.sql.param(1)}`,
+        [messageId],
+      ),
     );
     return Number(rows[0]?.n ?? 0);
   }
 
   async total(): Promise<number> {
     const { rows } = await this.store.transaction((tx) =>
-      tx.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${this.name}`),
+      tx.query<{ n: number }>(`SELECT ${this.sql.count} AS n FROM ${this.name}`),
     );
     return Number(rows[0]?.n ?? 0);
   }
@@ -731,7 +743,7 @@ class EffectsTable {
   async perId(): Promise<Map<string, number>> {
     const { rows } = await this.store.transaction((tx) =>
       tx.query<{ message_id: string; n: number }>(
-        `SELECT message_id, count(*)::int AS n FROM ${this.name} GROUP BY message_id`,
+        `SELECT message_id, ${this.sql.count} AS n FROM ${this.name} GROUP BY message_id`,
       ),
     );
     return new Map(rows.map((row) => [row.message_id, Number(row.n)]));

@@ -17,6 +17,7 @@
 import { Consumer } from '@oncely/core';
 import { seededRandom } from '@oncely/memory';
 import { withSettlements } from '@oncely/testkit';
+import { paymentStatements } from './chaosStore.mjs';
 import { interceptDeliveries, messageIdOf } from './deliveryFaults.mjs';
 
 /** The handler run of each consumer process that stalls past the lease whatever the dice say. */
@@ -43,6 +44,7 @@ export const COUNTED_EVENTS = /** @type {const} */ ([
  * @property {{ name: string, concurrency: number, maxAttempts: number, backoff: { initialMs: number, maxMs: number },
  *   handlerTimeoutMs: number, leaseRenewal: boolean, outageHoldMs: number, stopTimeoutMs: number }} consumer
  * @property {string} paymentsTable qualified, already quoted
+ * @property {import('./chaosStore.mjs').StoreKind} [store] which store (and SQL dialect): postgres by default
  * @property {string} providerUrl base URL of the fake payment provider
  * @property {{ seed: number, ackLoss: number, stallRate: number, stallMs: number }} faults
  * @property {string | undefined} defect
@@ -152,6 +154,7 @@ export async function startChaosConsumer(input) {
   });
 
   const table = plan.paymentsTable;
+  const statements = paymentStatements(plan.store ?? 'postgres', table);
   const consumer = new Consumer(
     {
       name: plan.consumer.name,
@@ -170,10 +173,7 @@ export async function startChaosConsumer(input) {
         if (typeof order?.orderId !== 'string' || typeof order.amountCents !== 'number') {
           throw new Error(`message ${message.id} is not an order`);
         }
-        const { rows } = await ctx.tx.query(
-          `INSERT INTO ${table} (order_id, amount_cents, consumer) VALUES ($1, $2, $3) RETURNING id`,
-          [order.orderId, order.amountCents, plan.label],
-        );
+        const paymentId = await statements.insert(ctx.tx, [order.orderId, order.amountCents, plan.label]);
         // At a rate of 0.3 % a small run may draw no stall at all; the 20th run of every
         // consumer process stalls regardless, so the fault the test asserts always fires.
         if (++handlerRuns === FORCED_STALL_RUN || random() < plan.faults.stallRate) {
@@ -189,10 +189,7 @@ export async function startChaosConsumer(input) {
           },
           ctx.signal,
         );
-        await ctx.tx.query(`UPDATE ${table} SET charge_id = $1 WHERE id = $2`, [
-          charge.id,
-          /** @type {{ id: string }} */ (rows[0]).id,
-        ]);
+        await ctx.tx.query(statements.setCharge, [charge.id, paymentId]);
         if (armed === 'before-commit') {
           // Inserted and charged, not committed: the process dies here.
           armed = undefined;

@@ -11,8 +11,8 @@
  * The runner ends it with SIGKILL: no handler, no finally block, no graceful close runs.
  */
 import { loadAdapterModule } from '@oncely/core';
-import { PostgresStore } from '@oncely/postgres';
 import { startChaosConsumer } from './chaosConsumer.mjs';
+import { openChaosStore } from './chaosStore.mjs';
 
 /**
  * @typedef {object} ChildConfig
@@ -54,11 +54,10 @@ async function main() {
   process.on('disconnect', () => process.exit(2));
   setTimeout(() => process.exit(3), config.maxLifetimeMs).unref();
 
-  const store = new PostgresStore({
-    connectionString: config.store.connectionString,
+  const store = openChaosStore(config.plan.store ?? 'postgres', {
+    url: config.store.connectionString,
     schema: config.store.schema,
     poolMax: config.store.poolMax,
-    connectTimeoutMs: 2000,
     logger,
   });
   const adapterModule = await loadAdapterModule(/** @type {any} */ (config.brokerConfig.type));

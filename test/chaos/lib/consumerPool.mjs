@@ -8,9 +8,9 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { PostgresStore } from '@oncely/postgres';
 import { TcpProxy } from '@oncely/testkit';
 import { startChaosConsumer } from './chaosConsumer.mjs';
+import { openChaosStore } from './chaosStore.mjs';
 import { KillSwitch } from './deliveryFaults.mjs';
 
 const CHILD_SCRIPT = fileURLToPath(new URL('./consumerChild.mjs', import.meta.url));
@@ -152,7 +152,7 @@ export class VirtualWorker {
   #switch = new KillSwitch();
   /** @type {TcpProxy | undefined} */
   #proxy;
-  /** @type {PostgresStore | undefined} */
+  /** @type {ReturnType<typeof openChaosStore> | undefined} */
   #store;
   /** @type {Awaited<ReturnType<typeof startChaosConsumer>> | undefined} */
   #worker;
@@ -185,11 +185,11 @@ export class VirtualWorker {
     const { database } = this.options;
     this.#proxy = new TcpProxy({ host: database.host, port: database.port });
     const port = await this.#proxy.start();
-    this.#store = new PostgresStore({
-      connectionString: `postgres://${database.user}@127.0.0.1:${port}/${database.database}`,
+    const kind = this.options.plan.store ?? 'postgres';
+    this.#store = openChaosStore(kind, {
+      url: `${kind === 'mysql' ? 'mysql' : 'postgres'}://${database.user}@127.0.0.1:${port}/${database.database}`,
       schema: this.options.schema,
       poolMax: this.options.poolMax,
-      connectTimeoutMs: 2000,
       logger: this.options.logger,
     });
     const ks = this.#switch;

@@ -48,6 +48,7 @@ export class ChaosUsageError extends Error {
  * @property {number} dbCutMs how long the database stays cut
  * @property {boolean} brokerDrop drop the consumers' broker connections twice mid-run
  * @property {boolean} brokerRestart restart the broker mid-run where it is ours (Kafka, fauxqs)
+ * @property {'postgres' | 'mysql'} store the store: @oncely/postgres (default) or @oncely/mysql (MYSQL_URL)
  * @property {boolean} pgRestart `pg_ctlcluster 15 main restart` mid-run (or the cluster ONCELY_PG_CLUSTER names)
  * @property {string | undefined} defect a deliberately broken consumer
  * @property {number} timeoutMs give up waiting for the queues to drain after this long
@@ -73,6 +74,7 @@ export function defaultOptions() {
     brokerDrop: true,
     brokerRestart: true,
     pgRestart: false,
+    store: 'postgres',
     defect: undefined,
     timeoutMs: 0,
     logDir: undefined,
@@ -97,6 +99,12 @@ export function resolveOptions(input) {
   integer(options.poison, 'poison', 0);
   integer(options.dbCutMs, 'db-cut-ms', 0);
   rate(options.duplicateShare, 'duplicates');
+  if (options.store !== 'postgres' && options.store !== 'mysql') {
+    throw new ChaosUsageError(`--store must be postgres or mysql, got '${options.store}'`);
+  }
+  if (options.pgRestart && options.store === 'mysql') {
+    throw new ChaosUsageError('--pg-restart restarts PostgreSQL; it has no meaning with --store mysql');
+  }
   rate(options.ackLoss, 'ack-loss');
   rate(options.stallRate, 'stall');
   if (options.defect !== undefined && !DEFECTS.includes(/** @type {any} */ (options.defect))) {

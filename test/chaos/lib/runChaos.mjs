@@ -15,9 +15,8 @@ import { promisify } from 'node:util';
 import { silentLogger } from '@oncely/core';
 import { orderStream } from '@oncely/example-payments/dist/orders.js';
 import { seededRandom } from '@oncely/memory';
-import { PostgresStore } from '@oncely/postgres';
 import { TcpProxy } from '@oncely/testkit';
-import pg from 'pg';
+import { chaosDatabase, databaseUrlOf, defaultPortOf, openChaosStore } from './chaosStore.mjs';
 import { ChildWorker, ConsumerPool, logFileFor, sleep, VirtualWorker } from './consumerPool.mjs';
 import { FakePaymentProvider } from './ledgerProvider.mjs';
 import { resolveOptions } from './options.mjs';
@@ -87,7 +86,8 @@ export async function runChaos(input) {
   const runId = `${options.broker.slice(0, 3)}${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
   const schema = `chaos_${runId}`;
   const consumerName = `chaos-${options.broker}-${runId}`;
-  const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+  const storeKind = options.store ?? 'postgres';
+  const databaseUrl = databaseUrlOf(storeKind);
   const rabbitUrl = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
   const ownLogDir = options.logDir === undefined;
   const logDir = options.logDir ?? mkdtempSync(join(tmpdir(), `oncely-chaos-${runId}-`));
@@ -102,27 +102,16 @@ export async function runChaos(input) {
 
   try {
     // ---- database: a schema of the run's own, the store's tables and the payments table ----
-    const admin = new pg.Pool({ connectionString: databaseUrl, max: 3 });
-    // Idle clients die during a PostgreSQL restart: that must not crash the runner.
-    admin.on('error', () => {});
-    cleanups.push(() => admin.end());
-    const setupStore = new PostgresStore({ connectionString: databaseUrl, schema, logger: silentLogger });
+    const database = chaosDatabase(storeKind, databaseUrl, schema);
+    cleanups.push(() => database.end());
+    const setupStore = openChaosStore(storeKind, { url: databaseUrl, schema, logger: silentLogger });
     await setupStore.migrate();
     await setupStore.close();
-    const payments = `"${schema}".payments`;
-    // No unique key on order_id on purpose: only the processed marker stands between a
-    // redelivery and a second row, so a doubled effect shows up as two rows.
-    await admin.query(`CREATE TABLE ${payments} (
-      id bigserial PRIMARY KEY,
-      order_id text NOT NULL,
-      amount_cents integer NOT NULL,
-      charge_id text,
-      consumer text NOT NULL,
-      paid_at timestamptz NOT NULL DEFAULT clock_timestamp()
-    )`);
+    const payments = database.payments;
+    await database.createPayments();
     const db = new URL(databaseUrl);
-    // Every consumer reaches PostgreSQL through this proxy, which the database-cut fault closes.
-    const dbProxy = new TcpProxy({ host: db.hostname, port: Number(db.port || 5432) });
+    // Every consumer reaches the database through this proxy, which the database-cut fault closes.
+    const dbProxy = new TcpProxy({ host: db.hostname, port: Number(db.port || defaultPortOf(storeKind)) });
     const dbPort = await dbProxy.start();
     cleanups.push(() => dbProxy.close());
     const consumerDb = new URL(databaseUrl);
@@ -208,6 +197,7 @@ export async function runChaos(input) {
           stopTimeoutMs: 3000,
         },
         paymentsTable: payments,
+        store: storeKind,
         providerUrl: provider.url,
         faults: {
           seed: options.seed * 100_003 + slot * 1009 + generation,
@@ -280,8 +270,7 @@ export async function runChaos(input) {
     let applied = 0;
     const readApplied = async () => {
       try {
-        const { rows } = await admin.query(`SELECT count(*)::int AS n FROM ${payments}`);
-        applied = rows[0].n;
+        applied = await database.countPayments();
       } catch {
         // PostgreSQL restarting: keep the last count.
       }
@@ -498,9 +487,7 @@ export async function runChaos(input) {
     note('consumers stopped; verifying');
 
     // ---- verification: the database and the provider's ledger ----
-    const { rows } = await admin.query(
-      `SELECT order_id, count(*)::int AS n, min(charge_id) AS charge_id FROM ${payments} GROUP BY order_id`,
-    );
+    const rows = await database.paymentsPerOrder();
     const rowsPerOrder = new Map(rows.map((row) => [row.order_id, row.n]));
     const ledger = provider.ledger();
     /** @type {Map<string, number>} */
@@ -526,10 +513,7 @@ export async function runChaos(input) {
     for (const id of new Set([...rowsPerOrder.keys(), ...chargesPerOrder.keys()])) {
       if (!known.has(id)) doubledIds.push(id);
     }
-    const markerRows = await admin.query(
-      `SELECT count(*)::int AS n FROM "${schema}".processed_messages WHERE consumer = $1`,
-      [consumerName],
-    );
+    const markerCount = await database.countMarkers(consumerName);
     const deadLetterList = await backend.deadLetters();
     /** @type {Record<string, number>} */
     const deadLetters = {};
@@ -585,7 +569,7 @@ export async function runChaos(input) {
       doubledIds: doubledIds.slice(0, 10),
       drained,
       backlog,
-      markers: markerRows.rows[0].n,
+      markers: markerCount,
       paymentRows: rows.reduce((sum, row) => sum + row.n, 0),
       charges: provider.chargeCount,
       chargedCents: provider.totalCents,
@@ -601,7 +585,7 @@ export async function runChaos(input) {
       command: commandLine(options),
     };
     if (!keep) {
-      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
+      await database.drop().catch(() => {});
     }
     await cleanup();
     if (!keep && ownLogDir) rmSync(logDir, { recursive: true, force: true });
@@ -691,5 +675,6 @@ function commandLine(options) {
   if (!options.brokerDrop) parts.push('--no-broker-drop');
   if (!options.brokerRestart) parts.push('--no-broker-restart');
   if (options.pgRestart) parts.push('--pg-restart');
+  if (options.store === 'mysql') parts.push('--store mysql');
   return parts.join(' ');
 }

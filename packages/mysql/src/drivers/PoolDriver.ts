@@ -1,0 +1,348 @@
+import type { Logger, SqlResult } from '@oncely/core';
+import { ConfigError, StoreUnavailableError } from '@oncely/core';
+import { classifyMySqlError, markFromStoreConnection } from '../classifyError.js';
+import type { MySqlDriver, RawConnection } from './MySqlDriver.js';
+import { describeError, redactUrl, toSqlResult } from './MySqlDriver.js';
+
+/**
+ * The part of a `mysql2/promise` pool connection the store uses. Declared structurally so
+ * the store's types do not pin a mysql2 version in applications.
+ *
+ * @example
+ * ```ts
+ * const connection: MySqlPoolConnectionLike = await pool.getConnection();
+ * ```
+ */
+export interface MySqlPoolConnectionLike {
+  query(sql: string, values?: unknown): Promise<[unknown, unknown]>;
+  release(): void;
+  destroy(): void;
+  /** The callback connection underneath (mysql2 keeps the server's status flags there). */
+  readonly connection?: {
+    serverStatus?: number;
+    on(event: 'error' | 'end', listener: (...args: any[]) => void): unknown;
+    removeListener(event: 'error' | 'end', listener: (...args: any[]) => void): unknown;
+  };
+}
+
+/**
+ * A `mysql2/promise` pool (`mysql.createPool(...)` from `mysql2/promise`, or
+ * `pool.promise()` of a callback pool).
+ *
+ * @example
+ * ```ts
+ * import mysql from 'mysql2/promise';
+ * const pool: MySqlPoolLike = mysql.createPool({ uri: process.env.DATABASE_URL });
+ * const store = new MySqlStore({ pool });
+ * ```
+ */
+export interface MySqlPoolLike {
+  getConnection(): Promise<MySqlPoolConnectionLike>;
+  end(): Promise<void>;
+}
+
+/** Where the pool comes from: the caller's, or one we create (and close) from a URL. */
+export type PoolSource =
+  | { pool: MySqlPoolLike }
+  | { url: string; poolMax: number; connectTimeoutMs: number; idleTimeoutMs: number };
+
+/** Session settings and time bounds of the pool driver. */
+export interface PoolSettings {
+  /** `innodb_lock_wait_timeout` of the store's sessions, in whole seconds (MySQL's unit; at least 1). */
+  lockWaitTimeoutSeconds: number;
+  /** Longest wait for one statement's answer, in ms (0: none); past it the connection is destroyed. */
+  queryTimeoutMs: number;
+}
+
+/** SERVER_STATUS_IN_TRANS: the server reports an open transaction on this session. */
+const SERVER_STATUS_IN_TRANS = 0x0001;
+
+/** Stale-connection retries for a caller's pool, whose size we do not know. */
+const DEFAULT_STALE_ATTEMPTS = 10;
+
+/**
+ * The store's sessions, once each: READ COMMITTED, so a claim that waited for another
+ * transaction's marker re-reads the key and a locking read sees the latest commit (and no
+ * gap locks: under REPEATABLE READ the marker index's gaps are locked and concurrent
+ * duplicates deadlock each other, see the README); and a bounded lock wait.
+ */
+const sessionsSetUp = new WeakSet<object>();
+
+/**
+ * The pool driver: a mysql2 pool (the store's own from a URL, or yours). Every
+ * transaction runs on one pooled connection: `START TRANSACTION`, the work, `COMMIT`. A
+ * connection that fails, or a statement that outlives `queryTimeoutMs`, destroys the
+ * connection and reports `StoreUnavailableError` (the original error as `cause`).
+ */
+export class PoolDriver implements MySqlDriver {
+  private poolPromise: Promise<MySqlPoolLike> | undefined;
+  private readonly ownsPool: boolean;
+  private readonly staleConnectionAttempts: number;
+
+  constructor(
+    private readonly source: PoolSource,
+    private readonly settings: PoolSettings,
+    private readonly log: Logger,
+  ) {
+    this.ownsPool = !('pool' in source);
+    this.staleConnectionAttempts = ('poolMax' in source ? source.poolMax : DEFAULT_STALE_ATTEMPTS) + 1;
+    if ('pool' in source) this.poolPromise = Promise.resolve(source.pool);
+  }
+
+  async transaction<T>(_operation: string, work: (connection: RawConnection) => Promise<T>): Promise<T> {
+    const session = await this.checkout('START TRANSACTION');
+    let rollbackFailed = false;
+    try {
+      let result: T;
+      try {
+        result = await work(session);
+      } catch (error) {
+        if (session.lost === undefined) {
+          await session.query('ROLLBACK').catch(() => {
+            rollbackFailed = true;
+          });
+        }
+        throw error;
+      }
+      await session.query('COMMIT');
+      return result;
+    } catch (error) {
+      if (session.lost !== undefined) {
+        // Also covers a COMMIT whose answer never arrived: its outcome is unknown, and the
+        // retry after the outage finds the marker if it did commit.
+        throw new StoreUnavailableError(
+          `MySQL connection lost during a transaction: ${describeError(error)}`,
+          {
+            cause: error,
+          },
+        );
+      }
+      throw error;
+    } finally {
+      session.release(rollbackFailed);
+    }
+  }
+
+  async statement<R = Record<string, unknown>>(
+    text: string,
+    params: readonly unknown[],
+  ): Promise<SqlResult<R>> {
+    const session = await this.checkout(text, params);
+    session.release(false);
+    return session.first as SqlResult<R>;
+  }
+
+  async session<T>(work: (connection: RawConnection) => Promise<T>): Promise<T> {
+    const session = await this.checkout('DO 0');
+    let suspect = false;
+    try {
+      return await work(session);
+    } catch (error) {
+      suspect = true;
+      throw error;
+    } finally {
+      session.release(suspect);
+    }
+  }
+
+  async ping(): Promise<void> {
+    const session = await this.checkout('DO 0');
+    session.release(false);
+  }
+
+  async close(): Promise<void> {
+    if (!this.ownsPool || !this.poolPromise) return;
+    const pool = await this.poolPromise.catch(() => undefined);
+    await pool?.end();
+  }
+
+  /**
+   * Checks a connection out and runs `first` on it. After a database restart the pool can
+   * still hold idle connections whose death it has not noticed; one failing on its first
+   * statement has done nothing, so it is destroyed and another is tried, up to once per
+   * pooled connection plus one fresh one.
+   */
+  private async checkout(first: string, params?: readonly unknown[]): Promise<Session> {
+    for (let attempt = 1; ; attempt++) {
+      const connection = await this.connect();
+      const session = new Session(connection, this.settings.queryTimeoutMs);
+      try {
+        await this.setUpSession(session, connection);
+        session.first = await session.query(first, params);
+        return session;
+      } catch (error) {
+        // A statement that timed out is a partition, not a stale pooled connection:
+        // trying every other connection would only multiply the wait.
+        if (error instanceof StoreUnavailableError && session.lost === error) {
+          session.release(true);
+          throw error;
+        }
+        markFromStoreConnection(error);
+        const dead = session.lost !== undefined || classifyMySqlError(error) === 'unavailable';
+        session.release(true);
+        if (!dead) throw error;
+        if (attempt >= this.staleConnectionAttempts) {
+          throw new StoreUnavailableError(`MySQL does not answer: ${describeError(error)}`, { cause: error });
+        }
+      }
+    }
+  }
+
+  private async setUpSession(session: Session, connection: MySqlPoolConnectionLike): Promise<void> {
+    const key = connection.connection ?? connection;
+    if (sessionsSetUp.has(key)) return;
+    await session.query('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
+    await session.query(`SET SESSION innodb_lock_wait_timeout = ${this.settings.lockWaitTimeoutSeconds}`);
+    sessionsSetUp.add(key);
+  }
+
+  private async connect(): Promise<MySqlPoolConnectionLike> {
+    const pool = await this.pool();
+    try {
+      return await pool.getConnection();
+    } catch (error) {
+      markFromStoreConnection(error);
+      const at = 'url' in this.source ? ` at ${redactUrl(this.source.url)}` : '';
+      throw new StoreUnavailableError(`cannot connect to MySQL${at}: ${describeError(error)}`, {
+        cause: error,
+      });
+    }
+  }
+
+  private pool(): Promise<MySqlPoolLike> {
+    this.poolPromise ??= this.createPool();
+    return this.poolPromise;
+  }
+
+  private async createPool(): Promise<MySqlPoolLike> {
+    if ('pool' in this.source) return this.source.pool;
+    const { url, poolMax, connectTimeoutMs, idleTimeoutMs } = this.source;
+    const mysql = await importMysql2();
+    const pool = mysql.createPool({
+      uri: url,
+      connectionLimit: poolMax,
+      maxIdle: poolMax,
+      // Without it a connect to an unreachable host waits for the OS (minutes).
+      connectTimeout: connectTimeoutMs,
+      idleTimeout: idleTimeoutMs,
+      enableKeepAlive: true,
+      // The store writes UTC (UTC_TIMESTAMP); DATETIMEs read back are UTC too.
+      timezone: 'Z',
+      // BIGINTs beyond 2^53 (Kafka offsets, ids) as exact strings instead of rounded numbers.
+      supportBigNumbers: true,
+      bigNumberStrings: true,
+    });
+    // Idle connections that die (a server restart) emit 'error' on the pool's connection,
+    // which the pool handles by discarding it; log it for the operator.
+    (pool as unknown as { on?(event: string, listener: (...args: any[]) => void): void }).on?.(
+      'connection',
+      (connection: { on(event: 'error', listener: (error: unknown) => void): void }) => {
+        connection.on('error', (error: unknown) =>
+          this.log.warn('MySQL connection failed; the pool discards it', { error }),
+        );
+      },
+    );
+    return pool as unknown as MySqlPoolLike;
+  }
+}
+
+/**
+ * One checked-out connection: its statements are bounded by the query timeout, and its
+ * loss (an 'error' or 'end' of the socket, a timed-out statement) is remembered so the
+ * connection is destroyed rather than pooled and the failure reported as an outage.
+ */
+class Session implements RawConnection {
+  /** The first loss seen on the connection, if any. */
+  lost: unknown;
+  /** The answer of the checkout's first statement. */
+  first: SqlResult<any> = { rows: [], rowCount: 0 };
+  private released = false;
+  private readonly core: MySqlPoolConnectionLike['connection'];
+  private readonly onError = (error: unknown) => {
+    this.lost ??= error ?? new Error('connection error');
+  };
+  private readonly onEnd = () => {
+    this.lost ??= new Error('connection ended');
+  };
+
+  constructor(
+    private readonly connection: MySqlPoolConnectionLike,
+    private readonly queryTimeoutMs: number,
+  ) {
+    this.core = connection.connection;
+    this.core?.on('error', this.onError);
+    this.core?.on('end', this.onEnd);
+  }
+
+  inTransaction(): boolean | undefined {
+    const status = this.core?.serverStatus;
+    return typeof status === 'number' ? (status & SERVER_STATUS_IN_TRANS) !== 0 : undefined;
+  }
+
+  query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
+    if (this.lost !== undefined) return Promise.reject(unavailable(this.lost));
+    const sent = params === undefined ? this.connection.query(text) : this.connection.query(text, params);
+    const answer = sent.then(
+      ([result]) => toSqlResult<R>(result),
+      (error: unknown) => {
+        markFromStoreConnection(error);
+        if ((error as { fatal?: unknown }).fatal === true) this.lost ??= error;
+        throw error;
+      },
+    );
+    if (this.queryTimeoutMs <= 0) return answer;
+    return new Promise<SqlResult<R>>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const error = new StoreUnavailableError(
+          `MySQL did not answer within ${this.queryTimeoutMs} ms (queryTimeoutMs): connection destroyed`,
+        );
+        this.lost ??= error;
+        this.release(true);
+        reject(error);
+      }, this.queryTimeoutMs);
+      answer.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** Gives the connection back; a lost or suspect one is destroyed instead of pooled. */
+  release(suspect: boolean): void {
+    if (this.released) return;
+    this.released = true;
+    this.core?.removeListener('end', this.onEnd);
+    if (this.lost !== undefined || suspect) {
+      // Keep the error listener: a destroyed socket may still report its last error.
+      this.connection.destroy();
+      return;
+    }
+    this.core?.removeListener('error', this.onError);
+    this.connection.release();
+  }
+}
+
+function unavailable(cause: unknown): StoreUnavailableError {
+  return cause instanceof StoreUnavailableError
+    ? cause
+    : new StoreUnavailableError(`MySQL connection lost: ${describeError(cause)}`, { cause });
+}
+
+interface Mysql2Module {
+  createPool(config: Record<string, unknown>): unknown;
+}
+
+async function importMysql2(): Promise<Mysql2Module> {
+  const mod = (await import('mysql2/promise')) as unknown as {
+    default?: Mysql2Module;
+  } & Partial<Mysql2Module>;
+  const createPool = mod.default?.createPool ?? mod.createPool;
+  if (!createPool) throw new ConfigError('store', 'mysql2/promise has no createPool(): is mysql2 installed?');
+  return { createPool };
+}
