@@ -36,7 +36,16 @@ const MAX_BACKOFF_MS = 600_000;
 const MAX_ORDERING_KEY_BYTES = 1024;
 const MAX_ATTRIBUTE_KEY_BYTES = 256;
 const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
+const MAX_ATTRIBUTES = 100;
+const MAX_MESSAGES_PER_PUBLISH = 1000;
+/** A message (data, attribute keys and values, ordering key) and a Publish request. */
+const MAX_MESSAGE_BYTES = 10_000_000;
 const MAX_PUBLISH_REQUEST_BYTES = 10_000_000;
+/**
+ * gRPC's own default (4 MB) would refuse a message the service accepts before the
+ * handler sees it; the request limit above is the service's, checked in the handler.
+ */
+const MAX_GRPC_MESSAGE_BYTES = 16 * 1024 * 1024;
 /** Messages per StreamingPull response when the stream sets no limit. */
 const MAX_MESSAGES_PER_RESPONSE = 1000;
 const DELETED_TOPIC = '_deleted-topic_';
@@ -323,7 +332,10 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   }
 
   async listen(): Promise<void> {
-    const server = new Server();
+    const server = new Server({
+      'grpc.max_receive_message_length': MAX_GRPC_MESSAGE_BYTES,
+      'grpc.max_send_message_length': MAX_GRPC_MESSAGE_BYTES,
+    });
     server.addService(this.services.publisher, this.publisherHandlers());
     server.addService(this.services.subscriber, this.subscriberHandlers());
     this.port = await new Promise<number>((resolve, reject) => {
@@ -492,12 +504,22 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     const topic = this.requireTopic(req.topic);
     const messages = req.messages ?? [];
     if (messages.length === 0) throw invalidArgument('The request contains no messages.');
+    if (messages.length > MAX_MESSAGES_PER_PUBLISH) {
+      throw invalidArgument(
+        `The request contains ${messages.length} messages; at most ${MAX_MESSAGES_PER_PUBLISH} are allowed.`,
+      );
+    }
     let requestBytes = 0;
     for (const message of messages) {
       const data = message.data ?? Buffer.alloc(0);
       const attributes = message.attributes ?? {};
       if (data.length === 0 && Object.keys(attributes).length === 0) {
         throw invalidArgument('Some messages are empty: a message needs data or at least one attribute.');
+      }
+      if (Object.keys(attributes).length > MAX_ATTRIBUTES) {
+        throw invalidArgument(
+          `A message has ${Object.keys(attributes).length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`,
+        );
       }
       for (const [key, value] of Object.entries(attributes)) {
         if (key === '' || Buffer.byteLength(key) > MAX_ATTRIBUTE_KEY_BYTES) {
@@ -510,7 +532,11 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       if (Buffer.byteLength(message.orderingKey ?? '') > MAX_ORDERING_KEY_BYTES) {
         throw invalidArgument('An ordering key is longer than 1024 bytes.');
       }
-      requestBytes += messageSize(data, attributes, message.orderingKey ?? '');
+      const size = messageSize(data, attributes, message.orderingKey ?? '');
+      if (size > MAX_MESSAGE_BYTES) {
+        throw invalidArgument(`A message is ${size} bytes; at most ${MAX_MESSAGE_BYTES} are allowed.`);
+      }
+      requestBytes += size;
     }
     if (requestBytes > MAX_PUBLISH_REQUEST_BYTES) {
       throw invalidArgument('The request is larger than the 10 MB limit.');
