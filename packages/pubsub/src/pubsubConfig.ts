@@ -3,6 +3,11 @@ import { ConfigError } from '@oncely/core';
 
 /** Pub/Sub accepts ack deadlines of at most 600 s (ModifyAckDeadline, Subscription). */
 export const MAX_ACK_DEADLINE_SECONDS = 600;
+/**
+ * The least ack deadline the service takes for a subscription and for a StreamingPull
+ * stream (`stream_ack_deadline_seconds`); ModifyAckDeadline alone accepts 0–600 s.
+ */
+export const MIN_ACK_DEADLINE_SECONDS = 10;
 
 /**
  * The `broker` section of a consumer config for Google Cloud Pub/Sub.
@@ -34,8 +39,9 @@ export interface PubSubBrokerConfig {
    */
   client?: PubSub;
   /**
-   * Lease per delivery and per renewal, in seconds (1–600; the service accepts 10–600
-   * for a subscription's own deadline, any 0–600 for ModifyAckDeadline).
+   * Lease per delivery and per renewal, in seconds, 10–600. It is also the stream's ack
+   * deadline (`stream_ack_deadline_seconds`), which the service accepts from 10 to 600 s
+   * only: below 10 every stream would be refused.
    * @default the subscription's `ackDeadlineSeconds`
    */
   ackDeadlineSeconds?: number;
@@ -151,7 +157,7 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
     client: client as PubSub | undefined,
     ackDeadlineSeconds: integer(
       broker.ackDeadlineSeconds,
-      1,
+      MIN_ACK_DEADLINE_SECONDS,
       MAX_ACK_DEADLINE_SECONDS,
       'broker.ackDeadlineSeconds',
     ),
