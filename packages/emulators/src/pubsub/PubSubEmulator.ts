@@ -10,6 +10,7 @@ import {
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
 import { ApiError, alreadyExists, failedPrecondition, invalidArgument, notFound } from './apiError.js';
+import { type SettlementFailure, type SettlementFailureHandle, SettlementFaults } from './faults.js';
 import {
   type DurationValue,
   durationToMs,
@@ -161,6 +162,22 @@ export interface PubSubEmulator {
    */
   disconnectStreams(subscription?: string): number;
   /**
+   * Test hook: ends the StreamingPull streams (of one subscription, or all) from the
+   * server side with `code` (a gRPC status) and `message`. The client reopens a stream
+   * only after the statuses it retries (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, ...);
+   * after any other (NOT_FOUND, INVALID_ARGUMENT, ...) it closes its subscriber. Leases
+   * of messages delivered on them stay valid. Returns how many were ended.
+   */
+  endStreams(subscription: string | undefined, code: number, message?: string): number;
+  /**
+   * Test hook: the next `failure.count` Acknowledge / ModifyAckDeadline requests that
+   * match fail with the chosen status (a transient UNAVAILABLE, FAILED_PRECONDITION) or
+   * with a per-ack-ID reason in `ErrorInfo`, as exactly-once subscriptions answer
+   * (`PERMANENT_FAILURE_INVALID_ACK_ID`, `TRANSIENT_FAILURE_*`). A failed request applies
+   * none of its ack IDs. The handle counts the failed requests and ends the failure early.
+   */
+  failSettlements(failure: SettlementFailure): SettlementFailureHandle;
+  /**
    * Test hook: lets the ack deadline of outstanding messages lapse now, as if it had
    * expired: each is redelivered (with a fresh ack ID) or dead-lettered.
    */
@@ -306,6 +323,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   private readonly topics = new Map<string, TopicState>();
   private readonly subscriptions = new Map<string, SubscriptionState>();
   private readonly ackIds = new Map<string, AckEntry>();
+  private readonly faults = new SettlementFaults();
   private readonly minAckDeadlineS: number;
   private readonly streamTimeoutMs: number;
   private readonly pullWaitMs: number;
@@ -373,18 +391,27 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   }
 
   disconnectStreams(subscription?: string): number {
+    return this.endStreams(
+      subscription,
+      status.UNAVAILABLE,
+      'The service was unable to fulfill your request.',
+    );
+  }
+
+  endStreams(subscription: string | undefined, code: number, message = `Stream ended with status ${code}.`) {
     let closed = 0;
     for (const state of this.subscriptions.values()) {
       if (subscription !== undefined && state.name !== subscription) continue;
       for (const stream of [...state.streams]) {
-        this.endStream(
-          stream,
-          new ApiError(status.UNAVAILABLE, 'The service was unable to fulfill your request.'),
-        );
+        this.endStream(stream, code === status.OK ? undefined : new ApiError(code, message));
         closed++;
       }
     }
     return closed;
+  }
+
+  failSettlements(failure: SettlementFailure): SettlementFailureHandle {
+    return this.faults.add(failure);
   }
 
   expireLeases(subscription: string, filter?: (message: EmulatedMessageView) => boolean): number {
@@ -620,6 +647,8 @@ class PubSubEmulatorImpl implements PubSubEmulator {
             throw invalidArgument(`Invalid ack deadline: ${seconds}; must be between 0 and 600 seconds.`);
           }
           if (!req.ackIds?.length) throw invalidArgument('No ack IDs were given.');
+          const fault = this.faults.check('ModifyAckDeadline', subscription.name, req.ackIds, seconds);
+          if (fault) throw fault;
           const errors = this.modifyAckDeadline(subscription, req.ackIds, seconds);
           if (errors.count > 0) throw errors.toError('modify ack deadline');
           return {};
@@ -628,6 +657,8 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       Acknowledge: unary((req: { subscription?: string; ackIds?: string[] }) => {
         const subscription = this.requireSubscription(req.subscription);
         if (!req.ackIds?.length) throw invalidArgument('No ack IDs were given.');
+        const fault = this.faults.check('Acknowledge', subscription.name, req.ackIds);
+        if (fault) throw fault;
         const errors = this.acknowledge(subscription, req.ackIds);
         if (errors.count > 0) throw errors.toError('acknowledge');
         return {};
