@@ -981,15 +981,15 @@ class PubSubEmulatorImpl implements PubSubEmulator {
 
   /**
    * The entry an ack ID stands for, if it is still the message's latest ack ID and the
-   * message is out. With exactly-once an expired deadline also invalidates it (the tick
-   * may not have redelivered the message yet).
+   * message is out. A deadline that passed but whose expiry the tick has not processed
+   * yet does not invalidate it: the message has not gone out again, so an ack or modAck
+   * that got here first is honoured (refusing it made an acked message come back).
    */
   private resolve(subscription: SubscriptionState, ackId: string): SubMessage | undefined {
     const found = this.ackIds.get(ackId);
     if (!found || found.subscription !== subscription) return undefined;
     const { entry } = found;
     if (entry.ackId !== ackId || entry.state !== 'outstanding') return undefined;
-    if (subscription.config.enableExactlyOnceDelivery && entry.deadline <= this.now()) return undefined;
     return entry;
   }
 
