@@ -21,6 +21,7 @@ import {
   parseTopicName,
 } from './names.js';
 import { loadPubSubServices, type PubSubServices } from './protos.js';
+import { pushConfigOf } from './pushConfig.js';
 import { encodeStatusWithErrorInfo } from './statusDetails.js';
 
 // Limits from the Pub/Sub API reference (Subscription, DeadLetterPolicy, RetryPolicy,
@@ -677,8 +678,10 @@ class PubSubEmulatorImpl implements PubSubEmulator {
         }
       },
       StreamingPull: (call: ServerDuplexStream<any, any>) => this.streamingPull(call),
-      ModifyPushConfig: unary(() => {
-        throw new ApiError(status.UNIMPLEMENTED, 'Push subscriptions are not emulated.');
+      ModifyPushConfig: unary((req: { subscription?: string; pushConfig?: unknown }) => {
+        const subscription = this.requireSubscription(req.subscription);
+        subscription.config = { ...subscription.config, pushConfig: pushConfigOf(req.pushConfig) };
+        return {};
       }),
     };
   }
@@ -690,9 +693,6 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     const topic = this.topics.get(resource.topic);
     if (!topic) throw notFound(resource.topic);
     if (resource.filter) throw new ApiError(status.UNIMPLEMENTED, 'Subscription filters are not emulated.');
-    if (resource.pushConfig && (resource.pushConfig as { pushEndpoint?: string }).pushEndpoint) {
-      throw new ApiError(status.UNIMPLEMENTED, 'Push subscriptions are not emulated.');
-    }
     const config: SubscriptionConfig = {
       ...resource,
       ackDeadlineSeconds: 0,
@@ -703,6 +703,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       'messageRetentionDuration',
       'deadLetterPolicy',
       'retryPolicy',
+      'pushConfig',
     ]);
     const state: SubscriptionState = {
       name: resource.name,
@@ -774,6 +775,9 @@ class PubSubEmulatorImpl implements PubSubEmulator {
           config.retryPolicy = { minimumBackoff: msToDuration(min), maximumBackoff: msToDuration(max) };
           break;
         }
+        case 'pushConfig':
+          config.pushConfig = pushConfigOf(from.pushConfig);
+          break;
         default:
           config[field] = from[field];
       }
