@@ -2,7 +2,7 @@ import {
   Duration,
   PubSub,
   type Message as PubSubMessage,
-  type Subscription,
+  type SubscriberOptions,
   SubscriptionCloseBehaviors,
   type Topic,
   v1,
@@ -21,6 +21,7 @@ import { ackErrorCode, toSettlementError } from './errors.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { MAX_ACK_DEADLINE_SECONDS, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
+import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
 import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
 import { toEnvelope } from './toEnvelope.js';
 
@@ -87,7 +88,7 @@ export interface PubSubAdapterStats {
   staleAckIds: number;
   /** Messages published to the dead-letter topic. */
   deadLettered: number;
-  /** StreamingPull restarts after the subscriber closed on an error. */
+  /** StreamingPull reopens after the client closed its subscriber on an error (see `health`). */
   reconnects: number;
 }
 
@@ -132,7 +133,7 @@ export class PubSubAdapter implements BrokerAdapter {
   private leaseSeconds = 10;
   private deadLetterTopic: Topic | undefined;
   private runtime: AdapterRuntime | undefined;
-  private subscription: Subscription | undefined;
+  private stream: SubscriberStream | undefined;
   private stopped = false;
   /** Received, not yet dispatched: waiting for a free slot or for their ordering key. */
   private readonly queue: PubSubDelivery[] = [];
@@ -145,8 +146,6 @@ export class PubSubAdapter implements BrokerAdapter {
   private readonly running = new Set<PubSubDelivery>();
   private pumping = false;
   private leaseTimer: NodeJS.Timeout | undefined;
-  private reopenTimer: NodeJS.Timeout | undefined;
-  private reopenFailures = 0;
   private warnedInventory = false;
 
   constructor(
@@ -177,9 +176,14 @@ export class PubSubAdapter implements BrokerAdapter {
     return { extendByMs: this.leaseSeconds * 1000 };
   }
 
-  /** The subscription's settings as read at start. */
+  /** The subscription's settings as read at start (and again before each stream reopen). */
   get facts(): SubscriptionFacts | undefined {
     return this.subscriptionFacts;
+  }
+
+  /** Whether the stream receives, and how it ended last (see {@link PubSubAdapterHealth}). */
+  get health(): PubSubAdapterHealth {
+    return this.stream?.health ?? { receiving: false, reopening: false, streamEnds: 0 };
   }
 
   async start(runtime: AdapterRuntime): Promise<void> {
@@ -189,12 +193,8 @@ export class PubSubAdapter implements BrokerAdapter {
       this.subscriptionName,
       this.settings.connectTimeoutMs,
     );
-    this.subscriptionFacts = facts;
     this.leaseSeconds = this.settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
-    const deadLetterTopic = this.settings.deadLetterTopic ?? facts.deadLetterPolicy?.deadLetterTopic;
-    this.deadLetterTopic = deadLetterTopic
-      ? this.pubsub.topic(deadLetterTopic, { batching: { maxMilliseconds: 5 } })
-      : undefined;
+    this.useFacts(facts);
     if (!this.deadLetterTopic) {
       this.log.warn(
         `pubsub: ${this.subscriptionName} has no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked, not dead-lettered`,
@@ -208,7 +208,21 @@ export class PubSubAdapter implements BrokerAdapter {
         { subscription: this.subscriptionName },
       );
     }
-    this.open();
+    this.stream = new SubscriberStream({
+      pubsub: this.pubsub,
+      subscriptionName: this.subscriptionName,
+      subscriberOptions: () => this.subscriberOptions(runtime),
+      onMessage: (message) => this.accept(message),
+      // The subscription may have been deleted and recreated with other settings.
+      beforeReopen: async () =>
+        this.useFacts(
+          await readSubscriptionFacts(this.pubsub, this.subscriptionName, this.settings.connectTimeoutMs),
+        ),
+      onReopen: () => this.stats.reconnects++,
+      reportError: (error, context) => runtime.reportError(error, context),
+      log: this.log,
+    });
+    this.stream.open();
     // Messages waiting for a slot or for their ordering key are not under the core's
     // lease keeper yet: keep their leases here.
     this.leaseTimer = setInterval(
@@ -226,8 +240,7 @@ export class PubSubAdapter implements BrokerAdapter {
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.leaseTimer);
-    clearTimeout(this.reopenTimer);
-    const closing = this.subscription?.close();
+    const closing = this.stream?.close();
     const queued = this.queue.splice(0);
     const handedBack = queued.map((delivery) => this.settlement.modAck(delivery.ackId, 0));
     // Nothing else is coming to share their request.
@@ -241,9 +254,8 @@ export class PubSubAdapter implements BrokerAdapter {
   async close(): Promise<void> {
     this.stopped = true;
     clearInterval(this.leaseTimer);
-    clearTimeout(this.reopenTimer);
-    await this.subscription?.close().catch(() => {});
-    this.subscription?.removeAllListeners();
+    await this.stream?.close().catch(() => {});
+    this.stream?.dispose();
     await this.settlement.close();
     if (this.ownsClient) await this.pubsub.close();
   }
@@ -252,66 +264,47 @@ export class PubSubAdapter implements BrokerAdapter {
   // Receiving
   // ------------------------------------------------------------------------------------
 
-  private open(): void {
-    const runtime = this.runtime!;
-    const deadline = Duration.from({ seconds: this.leaseSeconds });
-    const subscription =
-      this.subscription ??
-      this.pubsub.subscription(this.subscriptionName, {
-        // The service sends at most this many outstanding messages per stream; with one
-        // stream that bounds what is received to what can run.
-        flowControl: { maxMessages: runtime.concurrency, allowExcessMessages: false },
-        streamingOptions: { maxStreams: this.settings.maxStreams },
-        // The receipt modAck and the stream use the lease length (exactly-once would
-        // raise the client's minimum to 60 s otherwise).
-        minAckDeadline: deadline,
-        maxAckDeadline: deadline,
-        // The core's lease keeper is the only renewer: it stops at the handler timeout
-        // and when leaseRenewal is off, and sees exactly-once renewal failures. With a
-        // zero maxExtensionTime the client drops each message from its own lease
-        // management at its first pass (it never extends on its own).
-        maxExtensionTime: Duration.from({ seconds: 0 }),
-        // The client's receipt modAck (the lease length) goes out within this window; a
-        // delayed retry waits for it to pass (see retry()).
-        batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
-        // Close destroys the stream at once; the adapter nacks what it holds itself.
-        closeOptions: {
-          behavior: SubscriptionCloseBehaviors.NackImmediately,
-          timeout: Duration.from({ seconds: 0 }),
-        },
-      });
-    if (!this.subscription) {
-      this.subscription = subscription;
-      subscription.on('message', (message: PubSubMessage) => this.accept(message));
-      subscription.on('error', (error: unknown) => {
-        runtime.reportError(error, 'the Pub/Sub subscriber stream failed');
-      });
-      subscription.on('close', () => this.scheduleReopen());
-    } else {
-      subscription.open();
+  /** The subscription's settings that may change while it runs (re-read before a reopen). */
+  private useFacts(facts: SubscriptionFacts): void {
+    this.subscriptionFacts = facts;
+    const deadLetterTopic = this.settings.deadLetterTopic ?? facts.deadLetterPolicy?.deadLetterTopic;
+    if (deadLetterTopic !== this.deadLetterTopic?.name) {
+      this.deadLetterTopic = deadLetterTopic
+        ? this.pubsub.topic(deadLetterTopic, { batching: { maxMilliseconds: 5 } })
+        : undefined;
     }
   }
 
-  /**
-   * The client retries streams that end with a retryable status itself; after any other
-   * end (NOT_FOUND while a subscription is recreated, for example) it closes the
-   * subscriber. Reopen it with a growing pause, unless stopping.
-   */
-  private scheduleReopen(): void {
-    if (this.stopped) return;
-    const delay = Math.min(10_000, 200 * 2 ** Math.min(this.reopenFailures++, 6));
-    clearTimeout(this.reopenTimer);
-    this.reopenTimer = setTimeout(() => {
-      if (this.stopped) return;
-      this.stats.reconnects++;
-      this.log.warn('pubsub: reopening the subscriber stream', { subscription: this.subscriptionName });
-      this.open();
-    }, delay);
-    this.reopenTimer.unref();
+  private subscriberOptions(runtime: AdapterRuntime): SubscriberOptions {
+    const deadline = Duration.from({ seconds: this.leaseSeconds });
+    return {
+      // The service sends at most this many outstanding messages per stream; with one
+      // stream that bounds what is received to what can run.
+      flowControl: { maxMessages: runtime.concurrency, allowExcessMessages: false },
+      streamingOptions: { maxStreams: this.settings.maxStreams },
+      // The receipt modAck and the stream use the lease length (exactly-once would
+      // raise the client's minimum to 60 s otherwise).
+      minAckDeadline: deadline,
+      maxAckDeadline: deadline,
+      // The core's lease keeper is the only renewer: it stops at the handler timeout
+      // and when leaseRenewal is off, and sees exactly-once renewal failures. With a
+      // zero maxExtensionTime the client drops each message from its own lease
+      // management at its first pass (it never extends on its own).
+      maxExtensionTime: Duration.from({ seconds: 0 }),
+      // The client's receipt modAck (the lease length) goes out within this window; a
+      // delayed retry waits for it to pass (see retry()).
+      batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
+      // Close destroys the stream at once; the adapter nacks what it holds itself. (A
+      // zero timeout, which maxExtensionTime 0 forces anyway, means the client never
+      // emits 'close': SubscriberStream does not wait for it.)
+      closeOptions: {
+        behavior: SubscriptionCloseBehaviors.NackImmediately,
+        timeout: Duration.from({ seconds: 0 }),
+      },
+    };
   }
 
   private accept(message: PubSubMessage): void {
-    this.reopenFailures = 0;
     this.takeFromClient(message);
     if (this.stopped) {
       // Arrived after stop(): hand it back at once.
@@ -362,7 +355,7 @@ export class PubSubAdapter implements BrokerAdapter {
    */
   private takeFromClient(message: PubSubMessage): void {
     const inventory = (
-      this.subscription as unknown as { _subscriber?: { _inventory?: { remove?: unknown } } }
+      this.stream?.client as unknown as { _subscriber?: { _inventory?: { remove?: unknown } } }
     )?._subscriber?._inventory;
     if (typeof inventory?.remove === 'function') {
       (inventory.remove as (m: PubSubMessage) => void).call(inventory, message);

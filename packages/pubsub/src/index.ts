@@ -19,4 +19,5 @@ export type { IdentifiedMessage, PublishWithIdOptions } from './publishWithId.js
 export { publishWithId } from './publishWithId.js';
 export type { PubSubBrokerConfig } from './pubsubConfig.js';
 export { MAX_ACK_DEADLINE_SECONDS } from './pubsubConfig.js';
+export type { PubSubAdapterHealth } from './SubscriberStream.js';
 export type { SubscriptionFacts } from './subscriptionFacts.js';
