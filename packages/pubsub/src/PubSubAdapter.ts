@@ -17,6 +17,7 @@ import {
   isOncelyError,
   type Logger,
 } from '@oncely/core';
+import { deadLetterAttributes } from './deadLetterCopy.js';
 import { ackErrorCode, toSettlementError } from './errors.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { MAX_ACK_DEADLINE_SECONDS, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
@@ -29,25 +30,6 @@ import { toEnvelope } from './toEnvelope.js';
 const RECEIPT_MODACK_BATCH_MS = 10;
 /** How long after receipt a delayed modAck waits so the receipt modAck lands first. */
 const RECEIPT_MODACK_GUARD_MS = 250;
-
-/** Pub/Sub allows at most 100 attributes per message; the detail is cut to stay small. */
-const MAX_DETAIL_LENGTH = 1000;
-
-/**
- * Attributes added to a dead-lettered copy.
- *
- * @example
- * ```ts
- * const reason = deadLetter.attributes[DEAD_LETTER_ATTRIBUTES.reason]; // 'max-attempts'
- * ```
- */
-export const DEAD_LETTER_ATTRIBUTES = {
-  reason: 'oncely-dead-letter-reason',
-  detail: 'oncely-dead-letter-detail',
-  sourceMessageId: 'oncely-source-message-id',
-  sourceSubscription: 'oncely-source-subscription',
-  orderingKey: 'oncely-ordering-key',
-} as const;
 
 /**
  * What `createAdapter` receives besides the broker section.
@@ -460,6 +442,13 @@ export class PubSubAdapter implements BrokerAdapter {
     }
   }
 
+  /** Attributes a dead-letter copy must keep: the ones message IDs are read from. */
+  private get idAttributes(): string[] {
+    const strategy = this.options.idStrategy;
+    const named = typeof strategy === 'object' && strategy !== null ? [strategy.attribute] : [];
+    return [...named, 'message-id'];
+  }
+
   private get exactlyOnce(): boolean {
     return this.subscriptionFacts?.exactlyOnce ?? false;
   }
@@ -540,19 +529,22 @@ export class PubSubAdapter implements BrokerAdapter {
       );
     }
     const { message } = delivery;
-    const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
     await topic.publishMessage({
       data: message.data,
-      attributes: {
-        ...message.attributes,
-        [DEAD_LETTER_ATTRIBUTES.reason]: reason,
-        ...(trimmed ? { [DEAD_LETTER_ATTRIBUTES.detail]: trimmed } : {}),
-        [DEAD_LETTER_ATTRIBUTES.sourceMessageId]: message.id,
-        [DEAD_LETTER_ATTRIBUTES.sourceSubscription]: this.subscriptionName,
-        // Publishing with an ordering key needs ordering on the publisher; the key is
-        // kept as an attribute instead.
-        ...(message.orderingKey ? { [DEAD_LETTER_ATTRIBUTES.orderingKey]: message.orderingKey } : {}),
-      },
+      // Within Pub/Sub's limits (100 attributes, 1,024 bytes a value), or the service
+      // would refuse the copy every time and the message would never leave.
+      attributes: deadLetterAttributes(
+        message.attributes ?? {},
+        {
+          reason,
+          detail,
+          sourceMessageId: message.id,
+          sourceSubscription: this.subscriptionName,
+          ...(message.orderingKey ? { orderingKey: message.orderingKey } : {}),
+        },
+        message.data.length,
+        this.idAttributes,
+      ),
     });
     this.stats.deadLettered++;
     if (this.exactlyOnce) await this.throughClient('Acknowledge', () => message.ackWithResponse());

@@ -2,6 +2,8 @@
 export { createAdapter } from './createAdapter.js';
 export type { PubSubConsumerOptions } from './createPubSubConsumer.js';
 export { createPubSubConsumer } from './createPubSubConsumer.js';
+export type { DeadLetterInfo } from './deadLetterCopy.js';
+export { cutUtf8, DEAD_LETTER_ATTRIBUTES, deadLetterAttributes, readDeadLetter } from './deadLetterCopy.js';
 export { diagnose } from './diagnose.js';
 export {
   ackIdErrors,
@@ -11,7 +13,7 @@ export {
   PubSubOperationError,
 } from './errors.js';
 export type { PubSubAdapterOptions, PubSubAdapterStats } from './PubSubAdapter.js';
-export { DEAD_LETTER_ATTRIBUTES, PubSubAdapter } from './PubSubAdapter.js';
+export { PubSubAdapter } from './PubSubAdapter.js';
 export { PubSubDelivery } from './PubSubDelivery.js';
 export type { PubSubProducerOptions } from './PubSubProducer.js';
 export { createPubSubProducer } from './PubSubProducer.js';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { silentLogger } from '@oncely/core';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
 import { PostgresStore } from '@oncely/postgres';
-import { DEAD_LETTER_ATTRIBUTES } from '@oncely/pubsub';
+import { readDeadLetter } from '@oncely/pubsub';
 import {
   type AdapterFeatures,
   type AdapterHarness,
@@ -97,7 +97,7 @@ export async function createHarness(exactlyOnce: boolean): Promise<AdapterHarnes
           const view = emulator.inspectSubscription(deadSubscription.name);
           return (view?.messages ?? []).map((m) => ({
             id: m.attributes['message-id'],
-            reason: m.attributes[DEAD_LETTER_ATTRIBUTES.reason] ?? 'pubsub-dead-letter-policy',
+            reason: readDeadLetter(m.attributes)?.reason ?? 'pubsub-dead-letter-policy',
           }));
         },
         async backlog() {

@@ -9,7 +9,7 @@
  */
 import { PubSub } from '@google-cloud/pubsub';
 import { startPubSubEmulator } from '@oncely/emulators/pubsub';
-import { DEAD_LETTER_ATTRIBUTES } from '@oncely/pubsub';
+import { readDeadLetter } from '@oncely/pubsub';
 
 const PROJECT = 'oncely-chaos';
 
@@ -72,7 +72,7 @@ export async function pubsubBackend({ runId, restartDownMs = 3000 }) {
     async deadLetters() {
       return (emulator.inspectSubscription(deadSubscription.name)?.messages ?? []).map((message) => ({
         id: message.attributes['message-id'],
-        reason: message.attributes[DEAD_LETTER_ATTRIBUTES.reason] ?? 'pubsub-dead-letter-policy',
+        reason: readDeadLetter(message.attributes)?.reason ?? 'pubsub-dead-letter-policy',
       }));
     },
     async disconnect() {
