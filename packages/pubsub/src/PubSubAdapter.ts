@@ -18,7 +18,6 @@ import {
   type Logger,
 } from '@oncely/core';
 import { deadLetterAttributes } from './deadLetterCopy.js';
-import { ackErrorCode, toSettlementError } from './errors.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { MAX_ACK_DEADLINE_SECONDS, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
@@ -224,7 +223,9 @@ export class PubSubAdapter implements BrokerAdapter {
     clearInterval(this.leaseTimer);
     const closing = this.stream?.close();
     const queued = this.queue.splice(0);
-    const handedBack = queued.map((delivery) => this.settlement.modAck(delivery.ackId, 0));
+    const handedBack = queued.map((delivery) =>
+      this.settlement.modAck(delivery.ackId, 0, () => delivery.leaseExpiresAt),
+    );
     // Nothing else is coming to share their request.
     this.settlement.flushNow();
     await Promise.allSettled(handedBack);
@@ -290,7 +291,8 @@ export class PubSubAdapter implements BrokerAdapter {
     this.takeFromClient(message);
     if (this.stopped) {
       // Arrived after stop(): hand it back at once.
-      this.settlement.modAck(message.ackId, 0).catch(() => {});
+      const leaseEnd = Date.now() + this.leaseSeconds * 1000;
+      this.settlement.modAck(message.ackId, 0, () => leaseEnd).catch(() => {});
       return;
     }
     this.stats.received++;
@@ -298,15 +300,7 @@ export class PubSubAdapter implements BrokerAdapter {
       message,
       toEnvelope(message, this.subscriptionName),
       {
-        ack: (d) =>
-          this.settling(
-            d,
-            this.counted(
-              this.exactlyOnce
-                ? this.throughClient('Acknowledge', () => d.message.ackWithResponse())
-                : this.settlement.ack(d.ackId),
-            ),
-          ),
+        ack: (d) => this.settling(d, this.counted(this.ack(d))),
         modAck: (d, seconds) => {
           // A renewal is not a settlement; ModifyAckDeadline 0 (a release) is.
           if (seconds !== 0) return this.counted(this.modAck(d, seconds));
@@ -433,7 +427,7 @@ export class PubSubAdapter implements BrokerAdapter {
 
   private keepQueuedLeases(): void {
     for (const delivery of [...this.queue]) {
-      this.settlement.modAck(delivery.ackId, this.leaseSeconds).catch((error: unknown) => {
+      delivery.extendLease(this.leaseSeconds * 1000).catch((error: unknown) => {
         if (!isOncelyError(error, 'LEASE_LOST')) return;
         // Gone (exactly-once says so): the service hands it out again.
         const at = this.queue.indexOf(delivery);
@@ -449,32 +443,19 @@ export class PubSubAdapter implements BrokerAdapter {
     return [...named, 'message-id'];
   }
 
-  private get exactlyOnce(): boolean {
-    return this.subscriptionFacts?.exactlyOnce ?? false;
-  }
-
   /**
-   * With exactly-once, settlements and renewals go through the client's
-   * `ackWithResponse` / `modAckWithResponse` / `nackWithResponse`, which resolve once the
-   * service confirmed them and reject with the per-ack-ID result (`AckError`). Without
-   * exactly-once those resolve before anything is sent, so the adapter's own unary calls
-   * are used instead (they resolve on the service's answer).
+   * Settlements and renewals go through the adapter's own unary calls (SettlementClient),
+   * exactly-once or not: they resolve on the service's answer, read its per-ack-ID result,
+   * and retry transient failures with the ack ID while the lease lasts. (The client's
+   * `*WithResponse` calls give up a modAck after about 7 s of transient failures with the
+   * code of an invalid ack ID, and then fail every later ack of the message.)
    */
-  private modAck(delivery: PubSubDelivery, seconds: number): Promise<void> {
-    if (!this.exactlyOnce) return this.settlement.modAck(delivery.ackId, seconds);
-    const { message } = delivery;
-    return this.throughClient('ModifyAckDeadline', () =>
-      seconds === 0 ? message.nackWithResponse() : message.modAckWithResponse(seconds),
-    );
+  private ack(delivery: PubSubDelivery): Promise<void> {
+    return this.settlement.ack(delivery.ackId, () => delivery.leaseExpiresAt);
   }
 
-  /** Runs a client `*WithResponse` call; an `AckError` becomes what the core expects. */
-  private async throughClient(operation: string, call: () => Promise<unknown>): Promise<void> {
-    try {
-      await call();
-    } catch (error) {
-      throw toSettlementError(operation, error, ackErrorCode(error));
-    }
+  private modAck(delivery: PubSubDelivery, seconds: number): Promise<void> {
+    return this.settlement.modAck(delivery.ackId, seconds, () => delivery.leaseExpiresAt);
   }
 
   /** Counts and logs invalid ack IDs; the rejection still reaches the core. */
@@ -523,7 +504,7 @@ export class PubSubAdapter implements BrokerAdapter {
     const topic = this.deadLetterTopic;
     if (!topic) {
       // Park it as long as one deadline allows: never processed unprotected, never dropped.
-      await this.settlement.modAck(delivery.ackId, MAX_ACK_DEADLINE_SECONDS).catch(() => {});
+      await this.modAck(delivery, MAX_ACK_DEADLINE_SECONDS).catch(() => {});
       throw new BrokerMisconfiguredError(
         `cannot dead-letter (${reason}: ${detail}): ${this.subscriptionName} has no dead-letter topic; the message is parked for ${MAX_ACK_DEADLINE_SECONDS} s. Configure broker.deadLetterTopic or a dead-letter policy.`,
       );
@@ -547,7 +528,6 @@ export class PubSubAdapter implements BrokerAdapter {
       ),
     });
     this.stats.deadLettered++;
-    if (this.exactlyOnce) await this.throughClient('Acknowledge', () => message.ackWithResponse());
-    else await this.settlement.ack(delivery.ackId);
+    await this.ack(delivery);
   }
 }
