@@ -11,15 +11,13 @@ import {
   type AdapterLease,
   type AdapterRuntime,
   type BrokerAdapter,
-  BrokerMisconfiguredError,
-  type DeadLetterReason,
   type IdStrategy,
   isOncelyError,
   type Logger,
 } from '@oncely/core';
-import { deadLetterAttributes } from './deadLetterCopy.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
-import { MAX_ACK_DEADLINE_SECONDS, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
+import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
 import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
 import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
@@ -27,8 +25,21 @@ import { toEnvelope } from './toEnvelope.js';
 
 /** Batch window of the client's own ack/modAck queues (its receipt modAck). */
 const RECEIPT_MODACK_BATCH_MS = 10;
-/** How long after receipt a delayed modAck waits so the receipt modAck lands first. */
+/**
+ * Without the client's modAck queue to watch (another client version), how long after
+ * receipt a deadline change of ours waits so that the receipt modAck lands first.
+ */
 const RECEIPT_MODACK_GUARD_MS = 250;
+/** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
+const MIN_DEFAULT_DEFERRED = 10;
+
+/** The parts of the client's ModAckQueue the receipt guard reads (not public API). */
+interface ClientModAckQueue {
+  numPendingRequests: number;
+  numInFlightRequests: number;
+  onFlush(): Promise<void>;
+  onDrain(): Promise<void>;
+}
 
 /**
  * What `createAdapter` receives besides the broker section.
@@ -52,25 +63,6 @@ export interface PubSubAdapterOptions {
    * not count). @default 5
    */
   settlementWindowMs?: number;
-}
-
-/**
- * Counters an application may export as metrics (`adapter.stats`).
- *
- * @example
- * ```ts
- * setInterval(() => gauge.set((adapter as PubSubAdapter).stats.staleAckIds), 10_000);
- * ```
- */
-export interface PubSubAdapterStats {
-  /** Messages received. */
-  received: number;
-  /** Settlements or lease renewals the service refused as an invalid ack ID (exactly-once only). */
-  staleAckIds: number;
-  /** Messages published to the dead-letter topic. */
-  deadLettered: number;
-  /** StreamingPull reopens after the client closed its subscriber on an error (see `health`). */
-  reconnects: number;
 }
 
 /**
@@ -102,7 +94,7 @@ export class PubSubAdapter implements BrokerAdapter {
     return `${apiEndpoint ?? process.env.PUBSUB_EMULATOR_HOST ?? 'pubsub.googleapis.com'} (${name})`;
   }
   readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
-  readonly stats: PubSubAdapterStats = { received: 0, staleAckIds: 0, deadLettered: 0, reconnects: 0 };
+  readonly stats: PubSubAdapterStats;
 
   private readonly settings: PubSubSettings;
   private readonly pubsub: PubSub;
@@ -110,6 +102,8 @@ export class PubSubAdapter implements BrokerAdapter {
   private readonly log: Logger;
   private readonly subscriptionName: string;
   private readonly settlement: SettlementClient;
+  private readonly settler: PubSubSettler;
+  private maxDeferred = MIN_DEFAULT_DEFERRED;
   private subscriptionFacts: SubscriptionFacts | undefined;
   private leaseSeconds = 10;
   private deadLetterTopic: Topic | undefined;
@@ -128,6 +122,7 @@ export class PubSubAdapter implements BrokerAdapter {
   private pumping = false;
   private leaseTimer: NodeJS.Timeout | undefined;
   private warnedInventory = false;
+  private warnedReceipt = false;
 
   constructor(
     broker: Record<string, unknown>,
@@ -150,6 +145,29 @@ export class PubSubAdapter implements BrokerAdapter {
       this.subscriptionName,
       options.settlementWindowMs,
     );
+    const settler = new PubSubSettler({
+      settlement: this.settlement,
+      subscriptionName: this.subscriptionName,
+      facts: () => this.subscriptionFacts,
+      deadLetterTopic: () => this.deadLetterTopic,
+      idAttributes: idAttributes(options.idStrategy),
+      maxDeferred: () => this.maxDeferred,
+      get stats() {
+        return stats;
+      },
+      log: this.log,
+    });
+    const stats: PubSubAdapterStats = {
+      received: 0,
+      staleAckIds: 0,
+      deadLettered: 0,
+      reconnects: 0,
+      get deferred() {
+        return settler.deferredCount;
+      },
+    };
+    this.settler = settler;
+    this.stats = stats;
   }
 
   /** Each renewal sets the ack deadline to the lease length from the call. */
@@ -169,6 +187,8 @@ export class PubSubAdapter implements BrokerAdapter {
 
   async start(runtime: AdapterRuntime): Promise<void> {
     this.runtime = runtime;
+    this.maxDeferred =
+      this.settings.maxDeferredMessages ?? Math.max(MIN_DEFAULT_DEFERRED, runtime.concurrency);
     const facts = await readSubscriptionFacts(
       this.pubsub,
       this.subscriptionName,
@@ -223,11 +243,11 @@ export class PubSubAdapter implements BrokerAdapter {
     clearInterval(this.leaseTimer);
     const closing = this.stream?.close();
     const queued = this.queue.splice(0);
-    const handedBack = queued.map((delivery) =>
-      this.settlement.modAck(delivery.ackId, 0, () => delivery.leaseExpiresAt),
-    );
-    // Nothing else is coming to share their request.
-    this.settlement.flushNow();
+    // Nothing much is coming to share a request any more: every settlement from now on
+    // (these nacks, once their receipt modAck was answered, and the in-flight acks) goes
+    // without waiting out the window.
+    this.settlement.sendImmediately();
+    const handedBack = queued.map((delivery) => this.settler.release(delivery));
     await Promise.allSettled(handedBack);
     await closing?.catch((error: unknown) =>
       this.log.warn('pubsub: closing the subscriber failed', { error }),
@@ -261,9 +281,12 @@ export class PubSubAdapter implements BrokerAdapter {
   private subscriberOptions(runtime: AdapterRuntime): SubscriberOptions {
     const deadline = Duration.from({ seconds: this.leaseSeconds });
     return {
-      // The service sends at most this many outstanding messages per stream; with one
-      // stream that bounds what is received to what can run.
-      flowControl: { maxMessages: runtime.concurrency, allowExcessMessages: false },
+      // The service sends at most this many outstanding (unsettled) messages per stream:
+      // the handler slots plus a reserve for messages waiting out a backoff or parked,
+      // which stay outstanding (see PubSubSettler). With the concurrency alone, one such
+      // message stopped a consumer of concurrency 1. The adapter runs `concurrency` at a
+      // time; the others wait in its queue, their leases kept.
+      flowControl: { maxMessages: runtime.concurrency + this.maxDeferred, allowExcessMessages: false },
       streamingOptions: { maxStreams: this.settings.maxStreams },
       // The receipt modAck and the stream use the lease length (exactly-once would
       // raise the client's minimum to 60 s otherwise).
@@ -275,7 +298,7 @@ export class PubSubAdapter implements BrokerAdapter {
       // management at its first pass (it never extends on its own).
       maxExtensionTime: Duration.from({ seconds: 0 }),
       // The client's receipt modAck (the lease length) goes out within this window; a
-      // delayed retry waits for it to pass (see retry()).
+      // deadline change of ours waits for its answer (see receiptOf()).
       batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
       // Close destroys the stream at once; the adapter nacks what it holds itself. (A
       // zero timeout, which maxExtensionTime 0 forces anyway, means the client never
@@ -288,6 +311,7 @@ export class PubSubAdapter implements BrokerAdapter {
   }
 
   private accept(message: PubSubMessage): void {
+    const receipt = this.receiptOf();
     this.takeFromClient(message);
     if (this.stopped) {
       // Arrived after stop(): hand it back at once.
@@ -300,19 +324,23 @@ export class PubSubAdapter implements BrokerAdapter {
       message,
       toEnvelope(message, this.subscriptionName),
       {
-        ack: (d) => this.settling(d, this.counted(this.ack(d))),
+        ack: (d) => this.settling(d, this.settler.ack(d)),
         modAck: (d, seconds) => {
           // A renewal is not a settlement; ModifyAckDeadline 0 (a release) is.
-          if (seconds !== 0) return this.counted(this.modAck(d, seconds));
+          if (seconds !== 0) return this.settler.renew(d, seconds);
           this.dropQueuedOfKey(d);
-          return this.settling(d, this.counted(this.modAck(d, seconds)));
+          return this.settling(d, this.settler.release(d));
         },
-        retry: (d, delayMs) => this.settling(d, this.counted(this.retry(d, delayMs))),
-        deadLetter: (d, reason, detail) => this.settling(d, this.counted(this.deadLetter(d, reason, detail))),
+        retry: (d, delayMs) => {
+          this.dropQueuedOfKey(d);
+          return this.settling(d, this.settler.retry(d, delayMs));
+        },
+        deadLetter: (d, reason, detail) => this.settling(d, this.settler.deadLetter(d, reason, detail)),
         awaitingBatch: (d) => this.notRunning(d),
       },
       Date.now(),
       this.leaseSeconds * 1000,
+      receipt,
     );
     this.queue.push(delivery);
     void this.pump();
@@ -341,6 +369,34 @@ export class PubSubAdapter implements BrokerAdapter {
         "pubsub: this @google-cloud/pubsub version hides the subscriber's inventory; flow control falls back to its lease passes",
       );
     }
+  }
+
+  /**
+   * Resolves once the client's receipt modAck of the message being accepted was
+   * answered. Without exactly-once the client adds it to its ModAckQueue just before it
+   * hands the message out (synchronously, in the same turn), sends it within
+   * RECEIPT_MODACK_BATCH_MS, and resolves that queue's `onFlush()` once the request was
+   * answered; a request already on its way is covered by `onDrain()`. With exactly-once
+   * the client hands a message out only after its receipt modAck succeeded. The queue is
+   * not public API: without it, the fallback is a fixed pause after receipt.
+   */
+  private receiptOf(): Promise<void> {
+    if (this.subscriptionFacts?.exactlyOnce) return Promise.resolve();
+    const queue = (
+      this.stream?.client as unknown as { _subscriber?: { _modAcks?: Partial<ClientModAckQueue> } }
+    )?._subscriber?._modAcks;
+    if (typeof queue?.onFlush === 'function' && typeof queue.onDrain === 'function') {
+      if ((queue.numPendingRequests ?? 0) > 0) return queue.onFlush();
+      if ((queue.numInFlightRequests ?? 0) > 0) return queue.onDrain();
+      return Promise.resolve();
+    }
+    if (!this.warnedReceipt) {
+      this.warnedReceipt = true;
+      this.log.warn(
+        `pubsub: this @google-cloud/pubsub version hides its modAck queue; a deadline change waits ${RECEIPT_MODACK_GUARD_MS} ms after receipt for the receipt modAck instead`,
+      );
+    }
+    return new Promise((resolve) => setTimeout(resolve, RECEIPT_MODACK_GUARD_MS).unref());
   }
 
   /** Dispatches queued deliveries while the core has free slots, one at a time per ordering key. */
@@ -435,99 +491,10 @@ export class PubSubAdapter implements BrokerAdapter {
       });
     }
   }
+}
 
-  /** Attributes a dead-letter copy must keep: the ones message IDs are read from. */
-  private get idAttributes(): string[] {
-    const strategy = this.options.idStrategy;
-    const named = typeof strategy === 'object' && strategy !== null ? [strategy.attribute] : [];
-    return [...named, 'message-id'];
-  }
-
-  /**
-   * Settlements and renewals go through the adapter's own unary calls (SettlementClient),
-   * exactly-once or not: they resolve on the service's answer, read its per-ack-ID result,
-   * and retry transient failures with the ack ID while the lease lasts. (The client's
-   * `*WithResponse` calls give up a modAck after about 7 s of transient failures with the
-   * code of an invalid ack ID, and then fail every later ack of the message.)
-   */
-  private ack(delivery: PubSubDelivery): Promise<void> {
-    return this.settlement.ack(delivery.ackId, () => delivery.leaseExpiresAt);
-  }
-
-  private modAck(delivery: PubSubDelivery, seconds: number): Promise<void> {
-    return this.settlement.modAck(delivery.ackId, seconds, () => delivery.leaseExpiresAt);
-  }
-
-  /** Counts and logs invalid ack IDs; the rejection still reaches the core. */
-  private async counted(call: Promise<void>): Promise<void> {
-    try {
-      await call;
-    } catch (error) {
-      if (isOncelyError(error, 'LEASE_LOST')) {
-        this.stats.staleAckIds++;
-        this.log.warn('pubsub: the ack ID is no longer valid (lease lapsed or message redelivered)', {
-          error,
-        });
-      }
-      throw error;
-    }
-  }
-
-  // ------------------------------------------------------------------------------------
-  // Settlement
-  // ------------------------------------------------------------------------------------
-
-  /**
-   * A failed attempt. With a retry policy on the subscription a nack lets the service
-   * apply its own backoff (the core's delay is then not used); without one, the ack
-   * deadline is set to the delay (at most 600 s) and the service redelivers when it lapses.
-   */
-  private async retry(delivery: PubSubDelivery, delayMs: number): Promise<void> {
-    this.dropQueuedOfKey(delivery);
-    // Without exactly-once the client sends its receipt modAck (the lease length) in a
-    // batch a few ms after receipt, without waiting for it. A handler that fails faster
-    // would see its delayed modAck overwritten by that later one: the retry would come
-    // after a whole lease instead of the backoff. Let the receipt modAck go first.
-    const wait = delivery.receivedAt + RECEIPT_MODACK_GUARD_MS - Date.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    const seconds = this.subscriptionFacts?.retryPolicy
-      ? 0
-      : Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(0, Math.ceil(delayMs / 1000)));
-    await this.modAck(delivery, seconds);
-  }
-
-  private async deadLetter(
-    delivery: PubSubDelivery,
-    reason: DeadLetterReason,
-    detail: string,
-  ): Promise<void> {
-    const topic = this.deadLetterTopic;
-    if (!topic) {
-      // Park it as long as one deadline allows: never processed unprotected, never dropped.
-      await this.modAck(delivery, MAX_ACK_DEADLINE_SECONDS).catch(() => {});
-      throw new BrokerMisconfiguredError(
-        `cannot dead-letter (${reason}: ${detail}): ${this.subscriptionName} has no dead-letter topic; the message is parked for ${MAX_ACK_DEADLINE_SECONDS} s. Configure broker.deadLetterTopic or a dead-letter policy.`,
-      );
-    }
-    const { message } = delivery;
-    await topic.publishMessage({
-      data: message.data,
-      // Within Pub/Sub's limits (100 attributes, 1,024 bytes a value), or the service
-      // would refuse the copy every time and the message would never leave.
-      attributes: deadLetterAttributes(
-        message.attributes ?? {},
-        {
-          reason,
-          detail,
-          sourceMessageId: message.id,
-          sourceSubscription: this.subscriptionName,
-          ...(message.orderingKey ? { orderingKey: message.orderingKey } : {}),
-        },
-        message.data.length,
-        this.idAttributes,
-      ),
-    });
-    this.stats.deadLettered++;
-    await this.ack(delivery);
-  }
+/** Attributes a dead-letter copy must keep: the ones message IDs are read from. */
+function idAttributes(strategy: IdStrategy | undefined): string[] {
+  const named = typeof strategy === 'object' && strategy !== null ? [strategy.attribute] : [];
+  return [...named, 'message-id'];
 }

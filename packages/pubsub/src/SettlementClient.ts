@@ -65,6 +65,7 @@ export class SettlementClient {
   private readonly retrying = new Map<Pending, { kind: Kind; timer: NodeJS.Timeout }>();
   private retryWake: (() => void) | undefined;
   private soon: NodeJS.Immediate | undefined;
+  private immediate = false;
 
   constructor(
     private readonly client: v1.SubscriberClient,
@@ -99,6 +100,16 @@ export class SettlementClient {
    */
   flushSoon(): void {
     this.soon ??= setImmediate(() => this.flushNow());
+  }
+
+  /**
+   * From now on nothing waits out the window: what is batched goes now, and each later
+   * settlement at the end of the turn it was asked in (stop: nothing much is coming to
+   * share a request any more).
+   */
+  sendImmediately(): void {
+    this.immediate = true;
+    this.flushNow();
   }
 
   /** Sends what is batched and waits until every ack ID has its answer (retries included). */
@@ -137,6 +148,7 @@ export class SettlementClient {
     }
     batch.items.push(item);
     if (batch.items.length >= MAX_IDS_PER_REQUEST) this.flush(key);
+    else if (this.immediate) this.flushSoon();
     return key;
   }
 

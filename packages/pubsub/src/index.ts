@@ -12,11 +12,12 @@ export {
   PUBSUB_OPERATION_FAILED,
   PubSubOperationError,
 } from './errors.js';
-export type { PubSubAdapterOptions, PubSubAdapterStats } from './PubSubAdapter.js';
+export type { PubSubAdapterOptions } from './PubSubAdapter.js';
 export { PubSubAdapter } from './PubSubAdapter.js';
 export { PubSubDelivery } from './PubSubDelivery.js';
 export type { PubSubProducerOptions } from './PubSubProducer.js';
 export { createPubSubProducer } from './PubSubProducer.js';
+export type { PubSubAdapterStats } from './PubSubSettler.js';
 export type { IdentifiedMessage, PublishWithIdOptions } from './publishWithId.js';
 export { publishWithId } from './publishWithId.js';
 export type { PubSubBrokerConfig } from './pubsubConfig.js';

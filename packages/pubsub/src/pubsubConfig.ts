@@ -45,8 +45,19 @@ export interface PubSubBrokerConfig {
    * @default the subscription's `ackDeadlineSeconds`
    */
   ackDeadlineSeconds?: number;
-  /** StreamingPull streams; each gets `max_outstanding_messages` = concurrency from the service. @default 1 */
+  /** StreamingPull streams; each gets its own `max_outstanding_messages` (see `maxDeferredMessages`). @default 1 */
   maxStreams?: number;
+  /**
+   * How many messages may wait out a retry backoff (a subscription without a retry
+   * policy: the ack deadline is set to the delay) or be parked (no dead-letter topic)
+   * without holding back the others. Such messages stay outstanding at the service, so
+   * the stream's `max_outstanding_messages` is `concurrency` plus this; the adapter runs
+   * `concurrency` at a time and keeps the leases of the others, so up to this many may
+   * also be received ahead of a free handler slot. 0 gives the stream just the handler
+   * slots: then one deferred message holds one of them back.
+   * @default the consumer's concurrency, at least 10
+   */
+  maxDeferredMessages?: number;
   /**
    * Topic that receives messages Oncely dead-letters (published with the reason as an
    * attribute, then the original is acked). ID or full name.
@@ -69,6 +80,7 @@ export interface PubSubSettings {
   client?: PubSub;
   ackDeadlineSeconds?: number;
   maxStreams: number;
+  maxDeferredMessages?: number;
   deadLetterTopic?: string;
   connectTimeoutMs: number;
 }
@@ -81,6 +93,7 @@ const KNOWN_OPTIONS = new Set([
   'client',
   'ackDeadlineSeconds',
   'maxStreams',
+  'maxDeferredMessages',
   'deadLetterTopic',
   'connectTimeoutMs',
 ]);
@@ -162,6 +175,7 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
       'broker.ackDeadlineSeconds',
     ),
     maxStreams: integer(broker.maxStreams, 1, 20, 'broker.maxStreams') ?? 1,
+    maxDeferredMessages: integer(broker.maxDeferredMessages, 0, 10_000, 'broker.maxDeferredMessages'),
     deadLetterTopic: deadLetterTopic as string | undefined,
     connectTimeoutMs: integer(broker.connectTimeoutMs, 1, 600_000, 'broker.connectTimeoutMs') ?? 15_000,
   };
