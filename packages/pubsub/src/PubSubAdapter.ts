@@ -11,6 +11,8 @@ import {
   type AdapterLease,
   type AdapterRuntime,
   type BrokerAdapter,
+  CONSUMER_DEFAULTS,
+  ConfigError,
   type IdStrategy,
   isOncelyError,
   type Logger,
@@ -30,6 +32,12 @@ const RECEIPT_MODACK_BATCH_MS = 10;
  * receipt a deadline change of ours waits so that the receipt modAck lands first.
  */
 const RECEIPT_MODACK_GUARD_MS = 250;
+/**
+ * `broker.maxExtensionMs` by default is `handlerTimeoutMs` plus this: time for what runs
+ * before the handler (the claim, a duplicate waiting on another's marker row) and after
+ * it (rollback or commit, the settlement).
+ */
+const DEFAULT_EXTENSION_GRACE_MS = 60_000;
 /** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
 const MIN_DEFAULT_DEFERRED = 10;
 
@@ -104,6 +112,7 @@ export class PubSubAdapter implements BrokerAdapter {
   private readonly settlement: SettlementClient;
   private readonly settler: PubSubSettler;
   private maxDeferred = MIN_DEFAULT_DEFERRED;
+  private readonly maxExtensionMs: number;
   private subscriptionFacts: SubscriptionFacts | undefined;
   private leaseSeconds = 10;
   private deadLetterTopic: Topic | undefined;
@@ -129,6 +138,14 @@ export class PubSubAdapter implements BrokerAdapter {
     private readonly options: PubSubAdapterOptions,
   ) {
     this.settings = parsePubSubConfig(broker);
+    const handlerTimeoutMs = options.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs;
+    if (this.settings.maxExtensionMs !== undefined && this.settings.maxExtensionMs < handlerTimeoutMs) {
+      throw new ConfigError(
+        'broker.maxExtensionMs',
+        `must be at least handlerTimeoutMs (${handlerTimeoutMs}), got ${this.settings.maxExtensionMs}: the lease would lapse while the handler may still commit`,
+      );
+    }
+    this.maxExtensionMs = this.settings.maxExtensionMs ?? handlerTimeoutMs + DEFAULT_EXTENSION_GRACE_MS;
     this.log = options.log;
     this.ownsClient = this.settings.client === undefined;
     this.pubsub =
@@ -170,9 +187,12 @@ export class PubSubAdapter implements BrokerAdapter {
     this.stats = stats;
   }
 
-  /** Each renewal sets the ack deadline to the lease length from the call. */
+  /**
+   * Each renewal sets the ack deadline to the lease length from the call; renewal stops
+   * `maxExtensionMs` after dispatch (see PubSubBrokerConfig.maxExtensionMs).
+   */
   get lease(): AdapterLease {
-    return { extendByMs: this.leaseSeconds * 1000 };
+    return { extendByMs: this.leaseSeconds * 1000, maxTotalMs: this.maxExtensionMs };
   }
 
   /** The subscription's settings as read at start (and again before each stream reopen). */

@@ -42,11 +42,13 @@ export class PubSubDelivery implements Delivery {
     readonly message: PubSubMessage,
     readonly envelope: Envelope,
     private readonly settler: DeliverySettler,
-    readonly receivedAt: number,
+    arrivedAt: number,
     leaseMs: number,
     private readonly receipt: Promise<void> = Promise.resolve(),
   ) {
-    this.expiresAt = receivedAt + leaseMs;
+    // No `receivedAt` (Delivery's): the lease keeper's cap (maxExtensionMs) counts from
+    // dispatch, not from the time a message waited in the adapter for a slot.
+    this.expiresAt = arrivedAt + leaseMs;
   }
 
   /**

@@ -65,6 +65,18 @@ export interface PubSubBrokerConfig {
    */
   deadLetterTopic?: string;
   /**
+   * How long the lease keeper renews a delivery's ack deadline, from when the delivery is
+   * handed to the consumer. At `handlerTimeoutMs` the keeper aborts `ctx.signal` but goes
+   * on renewing, so that a handler that stops rolls back and is retried under a lease
+   * still held (the retry's backoff applies); at this cap it stops renewing and reports
+   * `leaseLost`: the lease lapses within one lease length and the service hands the
+   * message out again, so a handler that hangs holds its handler slot, not the message.
+   * At least `handlerTimeoutMs`. (Pub/Sub itself sets no total; the client's
+   * `maxExtensionTime`, 60 min by default, is its own cap and is not used.)
+   * @default handlerTimeoutMs + 60000
+   */
+  maxExtensionMs?: number;
+  /**
    * How long `start()` waits for the service to answer its first call (GetSubscription),
    * retries included, before it fails with `BROKER_UNREACHABLE`. Without it the client
    * retries an unreachable endpoint for its own 60 s budget. @default 15000
@@ -82,6 +94,7 @@ export interface PubSubSettings {
   maxStreams: number;
   maxDeferredMessages?: number;
   deadLetterTopic?: string;
+  maxExtensionMs?: number;
   connectTimeoutMs: number;
 }
 
@@ -95,6 +108,7 @@ const KNOWN_OPTIONS = new Set([
   'maxStreams',
   'maxDeferredMessages',
   'deadLetterTopic',
+  'maxExtensionMs',
   'connectTimeoutMs',
 ]);
 
@@ -177,6 +191,7 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
     maxStreams: integer(broker.maxStreams, 1, 20, 'broker.maxStreams') ?? 1,
     maxDeferredMessages: integer(broker.maxDeferredMessages, 0, 10_000, 'broker.maxDeferredMessages'),
     deadLetterTopic: deadLetterTopic as string | undefined,
+    maxExtensionMs: integer(broker.maxExtensionMs, 1, 7 * 24 * 3_600_000, 'broker.maxExtensionMs'),
     connectTimeoutMs: integer(broker.connectTimeoutMs, 1, 600_000, 'broker.connectTimeoutMs') ?? 15_000,
   };
 }
