@@ -38,6 +38,8 @@ const RECEIPT_MODACK_GUARD_MS = 250;
  * it (rollback or commit, the settlement).
  */
 const DEFAULT_EXTENSION_GRACE_MS = 60_000;
+/** The stream ack deadline the client sets on exactly-once subscriptions, whatever its options. */
+const EXACTLY_ONCE_STREAM_DEADLINE_MS = 60_000;
 /** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
 const MIN_DEFAULT_DEFERRED = 10;
 
@@ -234,6 +236,7 @@ export class PubSubAdapter implements BrokerAdapter {
       subscriptionName: this.subscriptionName,
       subscriberOptions: () => this.subscriberOptions(runtime),
       onMessage: (message) => this.accept(message),
+      onDiscarded: (message) => this.takeOver(message),
       // The subscription may have been deleted and recreated with other settings.
       beforeReopen: async () =>
         this.useFacts(
@@ -364,6 +367,35 @@ export class PubSubAdapter implements BrokerAdapter {
     );
     this.queue.push(delivery);
     void this.pump();
+  }
+
+  /**
+   * A message the client dropped after its receipt modAck failed (exactly-once): it holds
+   * a slot of the stream's flow control until the stream's deadline (60 s) unless someone
+   * settles it. The adapter sends its own receipt modAck (retried like any other, with the
+   * ack ID) and takes the message as received; an invalid ack ID means it went out again.
+   */
+  private takeOver(message: PubSubMessage): void {
+    // Retried for as long as the message may still be held: the stream's deadline, which
+    // the client sets to 60 s with exactly-once (or the lease, if longer).
+    const heldUntil = Date.now() + Math.max(EXACTLY_ONCE_STREAM_DEADLINE_MS, this.leaseSeconds * 1000);
+    if (this.stopped) {
+      // Stopping (the client drops what it held when it closes): hand it back if it can be.
+      this.settlement.modAck(message.ackId, 0, () => heldUntil).catch(() => {});
+      return;
+    }
+    this.settlement
+      .modAck(message.ackId, this.leaseSeconds, () => heldUntil)
+      .then(
+        () => this.accept(message),
+        (error: unknown) => {
+          if (isOncelyError(error, 'LEASE_LOST')) return;
+          this.log.warn(
+            'pubsub: the receipt of a message the client dropped failed; it comes back after its deadline',
+            { messageId: message.id, error },
+          );
+        },
+      );
   }
 
   /**

@@ -42,6 +42,13 @@ export interface SubscriberStreamOptions {
   /** The client's subscriber options, read at the first open. */
   subscriberOptions(): SubscriberOptions;
   onMessage(message: PubSubMessage): void;
+  /**
+   * A message the client received but will never hand out: with exactly-once it drops a
+   * message whose receipt modAck failed (three transient failures in a row are enough),
+   * and the service counts it against the stream's flow control until the stream's
+   * deadline (60 s). Hooked through the client's `_discardMessage` (not public API).
+   */
+  onDiscarded?(message: PubSubMessage): void;
   /** Before each reopen (the adapter re-reads the subscription); a rejection is logged. */
   beforeReopen?(): Promise<void>;
   /** After each reopen (the adapter counts them). */
@@ -118,6 +125,12 @@ export class SubscriberStream {
         setImmediate(() => this.check());
       });
       subscription.on('close', () => this.check());
+      const subscriber = (subscription as unknown as { _subscriber?: { _discardMessage?: unknown } })
+        ._subscriber;
+      const onDiscarded = this.options.onDiscarded;
+      if (onDiscarded && subscriber && typeof subscriber._discardMessage === 'function') {
+        subscriber._discardMessage = (message: PubSubMessage) => onDiscarded(message);
+      }
       this.watchdog = setInterval(() => this.check(), WATCHDOG_INTERVAL_MS);
       this.watchdog.unref();
     } else {

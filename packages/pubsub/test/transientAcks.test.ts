@@ -114,6 +114,37 @@ describe.skipIf(!hasPostgres)('transient ack and modAck failures (exactly-once)'
     }
   });
 
+  // Found by the chaos run with acks failing: with exactly-once the client dispatches a
+  // message only after its receipt modAck succeeded, and after three transient failures
+  // it drops the message without a word. The service still counts it against the
+  // stream's flow control until the stream's deadline (60 s with exactly-once): a few of
+  // them stopped the consumer for a minute.
+  it('takes over a message whose receipt modAck the client gave up after transient failures', async () => {
+    const { fixture, consumer, events, release } = await heldConsumer('receipt-outage');
+    try {
+      release.open();
+      await consumer.start();
+      // The client's receipt modAck (the 20 s lease) fails three times: it gives up.
+      const outage = emulator.failSettlements({
+        rpc: 'ModifyAckDeadline',
+        subscription: fixture.subscriptionName,
+        ackDeadlineSeconds: 20,
+        count: 3,
+        code: status.UNAVAILABLE,
+      });
+      await publishWithId(fixture.topic, { id: 'm1', body: {} });
+      await waitFor(() => events.count('processed', 'm1') === 1, {
+        timeoutMs: 40_000,
+        description: 'm1 processed (not after the 60 s stream deadline)',
+      });
+      expect(outage.failed).toBe(3);
+      expect(events.count('received', 'm1')).toBe(1);
+    } finally {
+      release.open();
+      await fixture.drop();
+    }
+  }, 90_000);
+
   it('takes PERMANENT_FAILURE_INVALID_ACK_ID on a renewal, and only that, for a lost lease', async () => {
     const { fixture, consumer, events, started, release, aborted } = await heldConsumer('invalid-renewal');
     try {
