@@ -131,6 +131,12 @@ export class PubSubAdapter implements BrokerAdapter {
    */
   private readonly running = new Set<PubSubDelivery>();
   private pumping = false;
+  /**
+   * When a dispatch last started or ended: the clock of messages that wait for a slot
+   * (keepQueuedLeases). Not running while the core paused for a store outage.
+   */
+  private lastProgressAt = Date.now();
+  private paused = false;
   private leaseTimer: NodeJS.Timeout | undefined;
   private warnedInventory = false;
   private warnedReceipt = false;
@@ -261,6 +267,16 @@ export class PubSubAdapter implements BrokerAdapter {
    * but never dispatched. In-flight deliveries are still settled afterwards: settlements
    * do not go through the subscriber the close shuts.
    */
+  /** A store outage (the core stops dispatching): the wait for a slot is not a hang. */
+  async pause(): Promise<void> {
+    this.paused = true;
+  }
+
+  async resume(): Promise<void> {
+    this.paused = false;
+    this.lastProgressAt = Date.now();
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.leaseTimer);
@@ -486,7 +502,9 @@ export class PubSubAdapter implements BrokerAdapter {
     const key = delivery.orderingKey;
     if (key !== undefined) this.busyKeys.add(key);
     this.running.add(delivery);
+    this.lastProgressAt = Date.now();
     void this.runtime!.dispatch(delivery).finally(() => {
+      this.lastProgressAt = Date.now();
       this.running.delete(delivery);
       if (key !== undefined) this.busyKeys.delete(key);
       void this.pump();
@@ -533,7 +551,23 @@ export class PubSubAdapter implements BrokerAdapter {
     }
   }
 
+  /**
+   * Renews the leases of the messages waiting for a slot or their ordering key, unless
+   * nothing was dispatched and nothing finished for `maxExtensionMs` (the lease keeper's
+   * cap) while the consumer ran: then every slot is held by a handler that hangs, and the
+   * waiting messages are handed back for another consumer rather than held as long as it
+   * hangs. (A store outage pauses the consumer, and this clock.)
+   */
   private keepQueuedLeases(): void {
+    if (this.queue.length > 0 && !this.paused && Date.now() - this.lastProgressAt >= this.maxExtensionMs) {
+      const waiting = this.queue.splice(0);
+      this.log.warn(
+        `pubsub: no handler slot freed up for ${this.maxExtensionMs} ms (broker.maxExtensionMs): handing back the ${waiting.length} message(s) waiting for one`,
+        { subscription: this.subscriptionName },
+      );
+      for (const delivery of waiting) this.settler.release(delivery).catch(() => {});
+      return;
+    }
     for (const delivery of [...this.queue]) {
       delivery.extendLease(this.leaseSeconds * 1000).catch((error: unknown) => {
         if (!isOncelyError(error, 'LEASE_LOST')) return;

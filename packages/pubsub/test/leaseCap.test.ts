@@ -49,6 +49,44 @@ describe('broker.maxExtensionMs', () => {
 });
 
 describe.skipIf(!hasPostgres)('a handler that hangs past handlerTimeoutMs', () => {
+  // With flow control sized beyond the handler slots (maxDeferredMessages), messages are
+  // received ahead of a free slot and wait in the adapter, their leases kept. Behind a
+  // hung handler they waited, renewed, for as long as it hung: no other consumer could
+  // take them. The same cap applies to that wait.
+  it('gives back, at the cap, a message that waited for a slot a hung handler holds', async () => {
+    const fixture = await adapterFixture(pubsub, emulator, 'queue-cap');
+    const hung = new Latch();
+    const release = new Latch();
+    const stuck = fixture.consumer({
+      concurrency: 1,
+      handlerTimeoutMs: 1_000,
+      broker: { maxExtensionMs: 3_000 },
+      handler: async (message) => {
+        if (message.id !== 'hangs') return;
+        hung.open();
+        await release.wait();
+      },
+    });
+    try {
+      await stuck.consumer.start();
+      await publishWithId(fixture.topic, { id: 'hangs', body: {} });
+      await hung.wait();
+      await publishWithId(fixture.topic, { id: 'behind', body: {} });
+      // 'behind' is received by the stuck consumer (its reserve) and waits there.
+      await waitFor(() => stuck.adapter.stats.received === 2, { description: "'behind' received" });
+      const other = fixture.consumer({ concurrency: 2, handler: async () => {} });
+      await other.consumer.start();
+      await waitFor(() => other.events.count('processed', 'behind') === 1, {
+        timeoutMs: 30_000,
+        description: "'behind' processed by the other consumer",
+      });
+      expect(stuck.events.count('processed', 'behind')).toBe(0);
+    } finally {
+      release.open();
+      await fixture.drop();
+    }
+  });
+
   it('loses its lease at the cap; the message goes out again and takes effect once', async () => {
     const fixture = await adapterFixture(pubsub, emulator, 'lease-cap');
     const hung = new Latch();
