@@ -1,5 +1,5 @@
 import type { v1 } from '@google-cloud/pubsub';
-import { ackIdErrors, isInvalidAckId, toSettlementError } from './errors.js';
+import { ackIdErrors, isInvalidAckId, PubSubOperationError, toSettlementError } from './errors.js';
 
 /** Ack IDs per request: well under the service's 512 KB request limit. */
 const MAX_IDS_PER_REQUEST = 1000;
@@ -62,10 +62,11 @@ export class SettlementClient {
   private readonly batches = new Map<string, { kind: Kind; items: Pending[]; timer: NodeJS.Timeout }>();
   private readonly inFlight = new Set<Promise<void>>();
   /** Items waiting out a retry pause, with their timers. */
-  private readonly retrying = new Map<Pending, { kind: Kind; timer: NodeJS.Timeout }>();
+  private readonly retrying = new Map<Pending, { kind: Kind; timer: NodeJS.Timeout; operation: string }>();
   private retryWake: (() => void) | undefined;
   private soon: NodeJS.Immediate | undefined;
   private immediate = false;
+  private closing = false;
 
   constructor(
     private readonly client: v1.SubscriberClient,
@@ -128,7 +129,27 @@ export class SettlementClient {
     }
   }
 
+  /**
+   * Sends what is batched, gives up what waits out a retry pause (the consumer is done
+   * waiting: its stop deadline passed; the message comes back, a duplicate for the
+   * marker), waits for the requests on their way, and closes the client. Without that, a
+   * retry that may go on for the lease (up to 600 s) held the consumer's stop as long.
+   */
   async close(): Promise<void> {
+    this.closing = true;
+    for (const [item, { timer, operation }] of this.retrying) {
+      clearTimeout(timer);
+      item.reject(
+        new PubSubOperationError(
+          operation,
+          undefined,
+          undefined,
+          'given up: the consumer closed while it was retried',
+        ),
+      );
+    }
+    this.retrying.clear();
+    this.retryWake?.();
     await this.drain();
     await this.client.close();
   }
@@ -195,7 +216,7 @@ export class SettlementClient {
   /** Sends `item` again after a pause, unless its lease ends first. */
   private retryLater(kind: Kind, item: Pending, operation: string, error: unknown, code: string | undefined) {
     const pauseMs = Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** item.tries);
-    if (Date.now() + pauseMs >= item.retryUntil()) {
+    if (this.closing || Date.now() + pauseMs >= item.retryUntil()) {
       item.reject(toSettlementError(operation, error, code));
       return;
     }
@@ -206,6 +227,6 @@ export class SettlementClient {
       this.flush(this.enqueue(kind, item));
       this.retryWake?.();
     }, pauseMs);
-    this.retrying.set(item, { kind, timer });
+    this.retrying.set(item, { kind, timer, operation });
   }
 }

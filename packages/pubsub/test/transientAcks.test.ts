@@ -31,7 +31,7 @@ afterAll(async () => {
 });
 
 /** An exactly-once consumer whose handler waits for `release`; its lease is 20 s, renewed every 10 s. */
-async function heldConsumer(label: string) {
+async function heldConsumer(label: string, stopTimeoutMs = 1_000) {
   const fixture = await adapterFixture(pubsub, emulator, label, {
     ackDeadlineSeconds: 20,
     enableExactlyOnceDelivery: true,
@@ -40,6 +40,7 @@ async function heldConsumer(label: string) {
   const release = new Latch();
   let abortedInHandler: boolean | undefined;
   const { consumer, events } = fixture.consumer({
+    stopTimeoutMs,
     handler: async (_message, ctx) => {
       started.open();
       await release.wait();
@@ -144,6 +145,38 @@ describe.skipIf(!hasPostgres)('transient ack and modAck failures (exactly-once)'
       await fixture.drop();
     }
   }, 90_000);
+
+  // Retrying while the lease lasts must not hold stop() for the lease (up to 600 s)
+  // during an outage: once the consumer closes the adapter, what is still retried is
+  // given up (the message comes back, a duplicate for the marker).
+  it('does not hold stop() for the lease while an ack is being retried', async () => {
+    const { fixture, consumer, events, started, release, view } = await heldConsumer('stop-outage');
+    const outage = emulator.failSettlements({
+      rpc: 'Acknowledge',
+      subscription: fixture.subscriptionName,
+      count: 1_000_000,
+      code: status.UNAVAILABLE,
+    });
+    try {
+      await consumer.start();
+      await publishWithId(fixture.topic, { id: 'm1', body: {} });
+      await started.wait();
+      release.open();
+      await waitFor(() => events.count('processed', 'm1') === 1, { description: 'm1 committed' });
+      await waitFor(() => outage.failed >= 2, { description: 'its ack retried' });
+      let stopped = false;
+      void consumer.stop().then(() => {
+        stopped = true;
+      });
+      // stopTimeoutMs is 1 s here; the lease is 20 s and the outage does not end.
+      await waitFor(() => stopped, { timeoutMs: 15_000, description: 'stop() resolved during the outage' });
+      expect(view().messages).toHaveLength(1);
+    } finally {
+      outage.clear();
+      release.open();
+      await fixture.drop();
+    }
+  });
 
   it('takes PERMANENT_FAILURE_INVALID_ACK_ID on a renewal, and only that, for a lost lease', async () => {
     const { fixture, consumer, events, started, release, aborted } = await heldConsumer('invalid-renewal');
