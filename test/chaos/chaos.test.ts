@@ -4,7 +4,7 @@
  * (Service Bus, Kafka) and chaos.defects.test.ts (the broken consumers). Shared setup and
  * checks are in support.ts.
  */
-import { describe, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { chaos, expectExactlyOnce, hasPostgres, hasRabbit } from './support.js';
 
 describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kills and outages', () => {
@@ -23,4 +23,31 @@ describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kil
   it('Pub/Sub on the Oncely emulator (streams dropped, restarted mid-run)', async () => {
     expectExactlyOnce(await chaos('pubsub'), { brokerRestart: true, brokerDrop: true });
   });
+
+  // Issue 34: a short outage of acks and modAcks must not pass for a lost lease, nor
+  // leave a committed message unacked; exactly-once on, where the client used to give
+  // up a modAck after about 7 s and fail every later ack of the message.
+  it('Pub/Sub, exactly-once, with acks and modAcks failing transiently all run long', async () => {
+    const result = await withEnv(
+      { ONCELY_CHAOS_PUBSUB_EXACTLY_ONCE: '1', ONCELY_CHAOS_PUBSUB_ACK_FAULTS: '1' },
+      () => chaos('pubsub'),
+    );
+    expectExactlyOnce(result, { brokerRestart: true, brokerDrop: true });
+    const failed = Number(/^(\d+) /.exec(result.notes.ackFaults ?? '')?.[1] ?? 0);
+    expect(failed, 'ack/modAck requests failed transiently').toBeGreaterThan(0);
+  });
 });
+
+/** Runs `work` with `vars` set in this process's environment (the chaos backend reads them). */
+async function withEnv<T>(vars: Record<string, string>, work: () => Promise<T>): Promise<T> {
+  const before = Object.fromEntries(Object.keys(vars).map((name) => [name, process.env[name]]));
+  Object.assign(process.env, vars);
+  try {
+    return await work();
+  } finally {
+    for (const [name, value] of Object.entries(before)) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  }
+}

@@ -2,7 +2,7 @@ import {
   Duration,
   PubSub,
   type Message as PubSubMessage,
-  type Subscription,
+  type SubscriberOptions,
   SubscriptionCloseBehaviors,
   type Topic,
   v1,
@@ -11,42 +11,45 @@ import {
   type AdapterLease,
   type AdapterRuntime,
   type BrokerAdapter,
-  BrokerMisconfiguredError,
-  type DeadLetterReason,
+  CONSUMER_DEFAULTS,
+  ConfigError,
   type IdStrategy,
   isOncelyError,
   type Logger,
 } from '@oncely/core';
-import { ackErrorCode, toSettlementError } from './errors.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
-import { MAX_ACK_DEADLINE_SECONDS, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
+import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
+import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
 import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
 import { toEnvelope } from './toEnvelope.js';
 
 /** Batch window of the client's own ack/modAck queues (its receipt modAck). */
 const RECEIPT_MODACK_BATCH_MS = 10;
-/** How long after receipt a delayed modAck waits so the receipt modAck lands first. */
-const RECEIPT_MODACK_GUARD_MS = 250;
-
-/** Pub/Sub allows at most 100 attributes per message; the detail is cut to stay small. */
-const MAX_DETAIL_LENGTH = 1000;
-
 /**
- * Attributes added to a dead-lettered copy.
- *
- * @example
- * ```ts
- * const reason = deadLetter.attributes[DEAD_LETTER_ATTRIBUTES.reason]; // 'max-attempts'
- * ```
+ * Without the client's modAck queue to watch (another client version), how long after
+ * receipt a deadline change of ours waits so that the receipt modAck lands first.
  */
-export const DEAD_LETTER_ATTRIBUTES = {
-  reason: 'oncely-dead-letter-reason',
-  detail: 'oncely-dead-letter-detail',
-  sourceMessageId: 'oncely-source-message-id',
-  sourceSubscription: 'oncely-source-subscription',
-  orderingKey: 'oncely-ordering-key',
-} as const;
+const RECEIPT_MODACK_GUARD_MS = 250;
+/**
+ * `broker.maxExtensionMs` by default is `handlerTimeoutMs` plus this: time for what runs
+ * before the handler (the claim, a duplicate waiting on another's marker row) and after
+ * it (rollback or commit, the settlement).
+ */
+const DEFAULT_EXTENSION_GRACE_MS = 60_000;
+/** The stream ack deadline the client sets on exactly-once subscriptions, whatever its options. */
+const EXACTLY_ONCE_STREAM_DEADLINE_MS = 60_000;
+/** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
+const MIN_DEFAULT_DEFERRED = 10;
+
+/** The parts of the client's ModAckQueue the receipt guard reads (not public API). */
+interface ClientModAckQueue {
+  numPendingRequests: number;
+  numInFlightRequests: number;
+  onFlush(): Promise<void>;
+  onDrain(): Promise<void>;
+}
 
 /**
  * What `createAdapter` receives besides the broker section.
@@ -70,25 +73,6 @@ export interface PubSubAdapterOptions {
    * not count). @default 5
    */
   settlementWindowMs?: number;
-}
-
-/**
- * Counters an application may export as metrics (`adapter.stats`).
- *
- * @example
- * ```ts
- * setInterval(() => gauge.set((adapter as PubSubAdapter).stats.staleAckIds), 10_000);
- * ```
- */
-export interface PubSubAdapterStats {
-  /** Messages received. */
-  received: number;
-  /** Settlements or lease renewals the service refused as an invalid ack ID (exactly-once only). */
-  staleAckIds: number;
-  /** Messages published to the dead-letter topic. */
-  deadLettered: number;
-  /** StreamingPull restarts after the subscriber closed on an error. */
-  reconnects: number;
 }
 
 /**
@@ -120,7 +104,7 @@ export class PubSubAdapter implements BrokerAdapter {
     return `${apiEndpoint ?? process.env.PUBSUB_EMULATOR_HOST ?? 'pubsub.googleapis.com'} (${name})`;
   }
   readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
-  readonly stats: PubSubAdapterStats = { received: 0, staleAckIds: 0, deadLettered: 0, reconnects: 0 };
+  readonly stats: PubSubAdapterStats;
 
   private readonly settings: PubSubSettings;
   private readonly pubsub: PubSub;
@@ -128,11 +112,14 @@ export class PubSubAdapter implements BrokerAdapter {
   private readonly log: Logger;
   private readonly subscriptionName: string;
   private readonly settlement: SettlementClient;
+  private readonly settler: PubSubSettler;
+  private maxDeferred = MIN_DEFAULT_DEFERRED;
+  private readonly maxExtensionMs: number;
   private subscriptionFacts: SubscriptionFacts | undefined;
   private leaseSeconds = 10;
   private deadLetterTopic: Topic | undefined;
   private runtime: AdapterRuntime | undefined;
-  private subscription: Subscription | undefined;
+  private stream: SubscriberStream | undefined;
   private stopped = false;
   /** Received, not yet dispatched: waiting for a free slot or for their ordering key. */
   private readonly queue: PubSubDelivery[] = [];
@@ -144,16 +131,29 @@ export class PubSubAdapter implements BrokerAdapter {
    */
   private readonly running = new Set<PubSubDelivery>();
   private pumping = false;
+  /**
+   * When a dispatch last started or ended: the clock of messages that wait for a slot
+   * (keepQueuedLeases). Not running while the core paused for a store outage.
+   */
+  private lastProgressAt = Date.now();
+  private paused = false;
   private leaseTimer: NodeJS.Timeout | undefined;
-  private reopenTimer: NodeJS.Timeout | undefined;
-  private reopenFailures = 0;
   private warnedInventory = false;
+  private warnedReceipt = false;
 
   constructor(
     broker: Record<string, unknown>,
     private readonly options: PubSubAdapterOptions,
   ) {
     this.settings = parsePubSubConfig(broker);
+    const handlerTimeoutMs = options.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs;
+    if (this.settings.maxExtensionMs !== undefined && this.settings.maxExtensionMs < handlerTimeoutMs) {
+      throw new ConfigError(
+        'broker.maxExtensionMs',
+        `must be at least handlerTimeoutMs (${handlerTimeoutMs}), got ${this.settings.maxExtensionMs}: the lease would lapse while the handler may still commit`,
+      );
+    }
+    this.maxExtensionMs = this.settings.maxExtensionMs ?? handlerTimeoutMs + DEFAULT_EXTENSION_GRACE_MS;
     this.log = options.log;
     this.ownsClient = this.settings.client === undefined;
     this.pubsub =
@@ -170,31 +170,60 @@ export class PubSubAdapter implements BrokerAdapter {
       this.subscriptionName,
       options.settlementWindowMs,
     );
+    const settler = new PubSubSettler({
+      settlement: this.settlement,
+      subscriptionName: this.subscriptionName,
+      facts: () => this.subscriptionFacts,
+      deadLetterTopic: () => this.deadLetterTopic,
+      idAttributes: idAttributes(options.idStrategy),
+      maxDeferred: () => this.maxDeferred,
+      get stats() {
+        return stats;
+      },
+      log: this.log,
+    });
+    const stats: PubSubAdapterStats = {
+      received: 0,
+      staleAckIds: 0,
+      deadLettered: 0,
+      reconnects: 0,
+      get deferred() {
+        return settler.deferredCount;
+      },
+    };
+    this.settler = settler;
+    this.stats = stats;
   }
 
-  /** Each renewal sets the ack deadline to the lease length from the call. */
+  /**
+   * Each renewal sets the ack deadline to the lease length from the call; renewal stops
+   * `maxExtensionMs` after dispatch (see PubSubBrokerConfig.maxExtensionMs).
+   */
   get lease(): AdapterLease {
-    return { extendByMs: this.leaseSeconds * 1000 };
+    return { extendByMs: this.leaseSeconds * 1000, maxTotalMs: this.maxExtensionMs };
   }
 
-  /** The subscription's settings as read at start. */
+  /** The subscription's settings as read at start (and again before each stream reopen). */
   get facts(): SubscriptionFacts | undefined {
     return this.subscriptionFacts;
   }
 
+  /** Whether the stream receives, and how it ended last (see {@link PubSubAdapterHealth}). */
+  get health(): PubSubAdapterHealth {
+    return this.stream?.health ?? { receiving: false, reopening: false, streamEnds: 0 };
+  }
+
   async start(runtime: AdapterRuntime): Promise<void> {
     this.runtime = runtime;
+    this.maxDeferred =
+      this.settings.maxDeferredMessages ?? Math.max(MIN_DEFAULT_DEFERRED, runtime.concurrency);
     const facts = await readSubscriptionFacts(
       this.pubsub,
       this.subscriptionName,
       this.settings.connectTimeoutMs,
     );
-    this.subscriptionFacts = facts;
     this.leaseSeconds = this.settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
-    const deadLetterTopic = this.settings.deadLetterTopic ?? facts.deadLetterPolicy?.deadLetterTopic;
-    this.deadLetterTopic = deadLetterTopic
-      ? this.pubsub.topic(deadLetterTopic, { batching: { maxMilliseconds: 5 } })
-      : undefined;
+    this.useFacts(facts);
     if (!this.deadLetterTopic) {
       this.log.warn(
         `pubsub: ${this.subscriptionName} has no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked, not dead-lettered`,
@@ -208,7 +237,22 @@ export class PubSubAdapter implements BrokerAdapter {
         { subscription: this.subscriptionName },
       );
     }
-    this.open();
+    this.stream = new SubscriberStream({
+      pubsub: this.pubsub,
+      subscriptionName: this.subscriptionName,
+      subscriberOptions: () => this.subscriberOptions(runtime),
+      onMessage: (message) => this.accept(message),
+      onDiscarded: (message) => this.takeOver(message),
+      // The subscription may have been deleted and recreated with other settings.
+      beforeReopen: async () =>
+        this.useFacts(
+          await readSubscriptionFacts(this.pubsub, this.subscriptionName, this.settings.connectTimeoutMs),
+        ),
+      onReopen: () => this.stats.reconnects++,
+      reportError: (error, context) => runtime.reportError(error, context),
+      log: this.log,
+    });
+    this.stream.open();
     // Messages waiting for a slot or for their ordering key are not under the core's
     // lease keeper yet: keep their leases here.
     this.leaseTimer = setInterval(
@@ -223,15 +267,26 @@ export class PubSubAdapter implements BrokerAdapter {
    * but never dispatched. In-flight deliveries are still settled afterwards: settlements
    * do not go through the subscriber the close shuts.
    */
+  /** A store outage (the core stops dispatching): the wait for a slot is not a hang. */
+  async pause(): Promise<void> {
+    this.paused = true;
+  }
+
+  async resume(): Promise<void> {
+    this.paused = false;
+    this.lastProgressAt = Date.now();
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.leaseTimer);
-    clearTimeout(this.reopenTimer);
-    const closing = this.subscription?.close();
+    const closing = this.stream?.close();
     const queued = this.queue.splice(0);
-    const handedBack = queued.map((delivery) => this.settlement.modAck(delivery.ackId, 0));
-    // Nothing else is coming to share their request.
-    this.settlement.flushNow();
+    // Nothing much is coming to share a request any more: every settlement from now on
+    // (these nacks, once their receipt modAck was answered, and the in-flight acks) goes
+    // without waiting out the window.
+    this.settlement.sendImmediately();
+    const handedBack = queued.map((delivery) => this.settler.release(delivery));
     await Promise.allSettled(handedBack);
     await closing?.catch((error: unknown) =>
       this.log.warn('pubsub: closing the subscriber failed', { error }),
@@ -241,9 +296,8 @@ export class PubSubAdapter implements BrokerAdapter {
   async close(): Promise<void> {
     this.stopped = true;
     clearInterval(this.leaseTimer);
-    clearTimeout(this.reopenTimer);
-    await this.subscription?.close().catch(() => {});
-    this.subscription?.removeAllListeners();
+    await this.stream?.close().catch(() => {});
+    this.stream?.dispose();
     await this.settlement.close();
     if (this.ownsClient) await this.pubsub.close();
   }
@@ -252,70 +306,56 @@ export class PubSubAdapter implements BrokerAdapter {
   // Receiving
   // ------------------------------------------------------------------------------------
 
-  private open(): void {
-    const runtime = this.runtime!;
-    const deadline = Duration.from({ seconds: this.leaseSeconds });
-    const subscription =
-      this.subscription ??
-      this.pubsub.subscription(this.subscriptionName, {
-        // The service sends at most this many outstanding messages per stream; with one
-        // stream that bounds what is received to what can run.
-        flowControl: { maxMessages: runtime.concurrency, allowExcessMessages: false },
-        streamingOptions: { maxStreams: this.settings.maxStreams },
-        // The receipt modAck and the stream use the lease length (exactly-once would
-        // raise the client's minimum to 60 s otherwise).
-        minAckDeadline: deadline,
-        maxAckDeadline: deadline,
-        // The core's lease keeper is the only renewer: it stops at the handler timeout
-        // and when leaseRenewal is off, and sees exactly-once renewal failures. With a
-        // zero maxExtensionTime the client drops each message from its own lease
-        // management at its first pass (it never extends on its own).
-        maxExtensionTime: Duration.from({ seconds: 0 }),
-        // The client's receipt modAck (the lease length) goes out within this window; a
-        // delayed retry waits for it to pass (see retry()).
-        batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
-        // Close destroys the stream at once; the adapter nacks what it holds itself.
-        closeOptions: {
-          behavior: SubscriptionCloseBehaviors.NackImmediately,
-          timeout: Duration.from({ seconds: 0 }),
-        },
-      });
-    if (!this.subscription) {
-      this.subscription = subscription;
-      subscription.on('message', (message: PubSubMessage) => this.accept(message));
-      subscription.on('error', (error: unknown) => {
-        runtime.reportError(error, 'the Pub/Sub subscriber stream failed');
-      });
-      subscription.on('close', () => this.scheduleReopen());
-    } else {
-      subscription.open();
+  /** The subscription's settings that may change while it runs (re-read before a reopen). */
+  private useFacts(facts: SubscriptionFacts): void {
+    this.subscriptionFacts = facts;
+    const deadLetterTopic = this.settings.deadLetterTopic ?? facts.deadLetterPolicy?.deadLetterTopic;
+    if (deadLetterTopic !== this.deadLetterTopic?.name) {
+      this.deadLetterTopic = deadLetterTopic
+        ? this.pubsub.topic(deadLetterTopic, { batching: { maxMilliseconds: 5 } })
+        : undefined;
     }
   }
 
-  /**
-   * The client retries streams that end with a retryable status itself; after any other
-   * end (NOT_FOUND while a subscription is recreated, for example) it closes the
-   * subscriber. Reopen it with a growing pause, unless stopping.
-   */
-  private scheduleReopen(): void {
-    if (this.stopped) return;
-    const delay = Math.min(10_000, 200 * 2 ** Math.min(this.reopenFailures++, 6));
-    clearTimeout(this.reopenTimer);
-    this.reopenTimer = setTimeout(() => {
-      if (this.stopped) return;
-      this.stats.reconnects++;
-      this.log.warn('pubsub: reopening the subscriber stream', { subscription: this.subscriptionName });
-      this.open();
-    }, delay);
-    this.reopenTimer.unref();
+  private subscriberOptions(runtime: AdapterRuntime): SubscriberOptions {
+    const deadline = Duration.from({ seconds: this.leaseSeconds });
+    return {
+      // The service sends at most this many outstanding (unsettled) messages per stream:
+      // the handler slots plus a reserve for messages waiting out a backoff or parked,
+      // which stay outstanding (see PubSubSettler). With the concurrency alone, one such
+      // message stopped a consumer of concurrency 1. The adapter runs `concurrency` at a
+      // time; the others wait in its queue, their leases kept.
+      flowControl: { maxMessages: runtime.concurrency + this.maxDeferred, allowExcessMessages: false },
+      streamingOptions: { maxStreams: this.settings.maxStreams },
+      // The receipt modAck and the stream use the lease length (exactly-once would
+      // raise the client's minimum to 60 s otherwise).
+      minAckDeadline: deadline,
+      maxAckDeadline: deadline,
+      // The core's lease keeper is the only renewer: it stops at the handler timeout
+      // and when leaseRenewal is off, and sees exactly-once renewal failures. With a
+      // zero maxExtensionTime the client drops each message from its own lease
+      // management at its first pass (it never extends on its own).
+      maxExtensionTime: Duration.from({ seconds: 0 }),
+      // The client's receipt modAck (the lease length) goes out within this window; a
+      // deadline change of ours waits for its answer (see receiptOf()).
+      batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
+      // Close destroys the stream at once; the adapter nacks what it holds itself. (A
+      // zero timeout, which maxExtensionTime 0 forces anyway, means the client never
+      // emits 'close': SubscriberStream does not wait for it.)
+      closeOptions: {
+        behavior: SubscriptionCloseBehaviors.NackImmediately,
+        timeout: Duration.from({ seconds: 0 }),
+      },
+    };
   }
 
   private accept(message: PubSubMessage): void {
-    this.reopenFailures = 0;
+    const receipt = this.receiptOf();
     this.takeFromClient(message);
     if (this.stopped) {
       // Arrived after stop(): hand it back at once.
-      this.settlement.modAck(message.ackId, 0).catch(() => {});
+      const leaseEnd = Date.now() + this.leaseSeconds * 1000;
+      this.settlement.modAck(message.ackId, 0, () => leaseEnd).catch(() => {});
       return;
     }
     this.stats.received++;
@@ -323,30 +363,55 @@ export class PubSubAdapter implements BrokerAdapter {
       message,
       toEnvelope(message, this.subscriptionName),
       {
-        ack: (d) =>
-          this.settling(
-            d,
-            this.counted(
-              this.exactlyOnce
-                ? this.throughClient('Acknowledge', () => d.message.ackWithResponse())
-                : this.settlement.ack(d.ackId),
-            ),
-          ),
+        ack: (d) => this.settling(d, this.settler.ack(d)),
         modAck: (d, seconds) => {
           // A renewal is not a settlement; ModifyAckDeadline 0 (a release) is.
-          if (seconds !== 0) return this.counted(this.modAck(d, seconds));
+          if (seconds !== 0) return this.settler.renew(d, seconds);
           this.dropQueuedOfKey(d);
-          return this.settling(d, this.counted(this.modAck(d, seconds)));
+          return this.settling(d, this.settler.release(d));
         },
-        retry: (d, delayMs) => this.settling(d, this.counted(this.retry(d, delayMs))),
-        deadLetter: (d, reason, detail) => this.settling(d, this.counted(this.deadLetter(d, reason, detail))),
+        retry: (d, delayMs) => {
+          this.dropQueuedOfKey(d);
+          return this.settling(d, this.settler.retry(d, delayMs));
+        },
+        deadLetter: (d, reason, detail) => this.settling(d, this.settler.deadLetter(d, reason, detail)),
         awaitingBatch: (d) => this.notRunning(d),
       },
       Date.now(),
       this.leaseSeconds * 1000,
+      receipt,
     );
     this.queue.push(delivery);
     void this.pump();
+  }
+
+  /**
+   * A message the client dropped after its receipt modAck failed (exactly-once): it holds
+   * a slot of the stream's flow control until the stream's deadline (60 s) unless someone
+   * settles it. The adapter sends its own receipt modAck (retried like any other, with the
+   * ack ID) and takes the message as received; an invalid ack ID means it went out again.
+   */
+  private takeOver(message: PubSubMessage): void {
+    // Retried for as long as the message may still be held: the stream's deadline, which
+    // the client sets to 60 s with exactly-once (or the lease, if longer).
+    const heldUntil = Date.now() + Math.max(EXACTLY_ONCE_STREAM_DEADLINE_MS, this.leaseSeconds * 1000);
+    if (this.stopped) {
+      // Stopping (the client drops what it held when it closes): hand it back if it can be.
+      this.settlement.modAck(message.ackId, 0, () => heldUntil).catch(() => {});
+      return;
+    }
+    this.settlement
+      .modAck(message.ackId, this.leaseSeconds, () => heldUntil)
+      .then(
+        () => this.accept(message),
+        (error: unknown) => {
+          if (isOncelyError(error, 'LEASE_LOST')) return;
+          this.log.warn(
+            'pubsub: the receipt of a message the client dropped failed; it comes back after its deadline',
+            { messageId: message.id, error },
+          );
+        },
+      );
   }
 
   /**
@@ -362,7 +427,7 @@ export class PubSubAdapter implements BrokerAdapter {
    */
   private takeFromClient(message: PubSubMessage): void {
     const inventory = (
-      this.subscription as unknown as { _subscriber?: { _inventory?: { remove?: unknown } } }
+      this.stream?.client as unknown as { _subscriber?: { _inventory?: { remove?: unknown } } }
     )?._subscriber?._inventory;
     if (typeof inventory?.remove === 'function') {
       (inventory.remove as (m: PubSubMessage) => void).call(inventory, message);
@@ -372,6 +437,34 @@ export class PubSubAdapter implements BrokerAdapter {
         "pubsub: this @google-cloud/pubsub version hides the subscriber's inventory; flow control falls back to its lease passes",
       );
     }
+  }
+
+  /**
+   * Resolves once the client's receipt modAck of the message being accepted was
+   * answered. Without exactly-once the client adds it to its ModAckQueue just before it
+   * hands the message out (synchronously, in the same turn), sends it within
+   * RECEIPT_MODACK_BATCH_MS, and resolves that queue's `onFlush()` once the request was
+   * answered; a request already on its way is covered by `onDrain()`. With exactly-once
+   * the client hands a message out only after its receipt modAck succeeded. The queue is
+   * not public API: without it, the fallback is a fixed pause after receipt.
+   */
+  private receiptOf(): Promise<void> {
+    if (this.subscriptionFacts?.exactlyOnce) return Promise.resolve();
+    const queue = (
+      this.stream?.client as unknown as { _subscriber?: { _modAcks?: Partial<ClientModAckQueue> } }
+    )?._subscriber?._modAcks;
+    if (typeof queue?.onFlush === 'function' && typeof queue.onDrain === 'function') {
+      if ((queue.numPendingRequests ?? 0) > 0) return queue.onFlush();
+      if ((queue.numInFlightRequests ?? 0) > 0) return queue.onDrain();
+      return Promise.resolve();
+    }
+    if (!this.warnedReceipt) {
+      this.warnedReceipt = true;
+      this.log.warn(
+        `pubsub: this @google-cloud/pubsub version hides its modAck queue; a deadline change waits ${RECEIPT_MODACK_GUARD_MS} ms after receipt for the receipt modAck instead`,
+      );
+    }
+    return new Promise((resolve) => setTimeout(resolve, RECEIPT_MODACK_GUARD_MS).unref());
   }
 
   /** Dispatches queued deliveries while the core has free slots, one at a time per ordering key. */
@@ -409,7 +502,9 @@ export class PubSubAdapter implements BrokerAdapter {
     const key = delivery.orderingKey;
     if (key !== undefined) this.busyKeys.add(key);
     this.running.add(delivery);
+    this.lastProgressAt = Date.now();
     void this.runtime!.dispatch(delivery).finally(() => {
+      this.lastProgressAt = Date.now();
       this.running.delete(delivery);
       if (key !== undefined) this.busyKeys.delete(key);
       void this.pump();
@@ -456,9 +551,25 @@ export class PubSubAdapter implements BrokerAdapter {
     }
   }
 
+  /**
+   * Renews the leases of the messages waiting for a slot or their ordering key, unless
+   * nothing was dispatched and nothing finished for `maxExtensionMs` (the lease keeper's
+   * cap) while the consumer ran: then every slot is held by a handler that hangs, and the
+   * waiting messages are handed back for another consumer rather than held as long as it
+   * hangs. (A store outage pauses the consumer, and this clock.)
+   */
   private keepQueuedLeases(): void {
+    if (this.queue.length > 0 && !this.paused && Date.now() - this.lastProgressAt >= this.maxExtensionMs) {
+      const waiting = this.queue.splice(0);
+      this.log.warn(
+        `pubsub: no handler slot freed up for ${this.maxExtensionMs} ms (broker.maxExtensionMs): handing back the ${waiting.length} message(s) waiting for one`,
+        { subscription: this.subscriptionName },
+      );
+      for (const delivery of waiting) this.settler.release(delivery).catch(() => {});
+      return;
+    }
     for (const delivery of [...this.queue]) {
-      this.settlement.modAck(delivery.ackId, this.leaseSeconds).catch((error: unknown) => {
+      delivery.extendLease(this.leaseSeconds * 1000).catch((error: unknown) => {
         if (!isOncelyError(error, 'LEASE_LOST')) return;
         // Gone (exactly-once says so): the service hands it out again.
         const at = this.queue.indexOf(delivery);
@@ -466,103 +577,10 @@ export class PubSubAdapter implements BrokerAdapter {
       });
     }
   }
+}
 
-  private get exactlyOnce(): boolean {
-    return this.subscriptionFacts?.exactlyOnce ?? false;
-  }
-
-  /**
-   * With exactly-once, settlements and renewals go through the client's
-   * `ackWithResponse` / `modAckWithResponse` / `nackWithResponse`, which resolve once the
-   * service confirmed them and reject with the per-ack-ID result (`AckError`). Without
-   * exactly-once those resolve before anything is sent, so the adapter's own unary calls
-   * are used instead (they resolve on the service's answer).
-   */
-  private modAck(delivery: PubSubDelivery, seconds: number): Promise<void> {
-    if (!this.exactlyOnce) return this.settlement.modAck(delivery.ackId, seconds);
-    const { message } = delivery;
-    return this.throughClient('ModifyAckDeadline', () =>
-      seconds === 0 ? message.nackWithResponse() : message.modAckWithResponse(seconds),
-    );
-  }
-
-  /** Runs a client `*WithResponse` call; an `AckError` becomes what the core expects. */
-  private async throughClient(operation: string, call: () => Promise<unknown>): Promise<void> {
-    try {
-      await call();
-    } catch (error) {
-      throw toSettlementError(operation, error, ackErrorCode(error));
-    }
-  }
-
-  /** Counts and logs invalid ack IDs; the rejection still reaches the core. */
-  private async counted(call: Promise<void>): Promise<void> {
-    try {
-      await call;
-    } catch (error) {
-      if (isOncelyError(error, 'LEASE_LOST')) {
-        this.stats.staleAckIds++;
-        this.log.warn('pubsub: the ack ID is no longer valid (lease lapsed or message redelivered)', {
-          error,
-        });
-      }
-      throw error;
-    }
-  }
-
-  // ------------------------------------------------------------------------------------
-  // Settlement
-  // ------------------------------------------------------------------------------------
-
-  /**
-   * A failed attempt. With a retry policy on the subscription a nack lets the service
-   * apply its own backoff (the core's delay is then not used); without one, the ack
-   * deadline is set to the delay (at most 600 s) and the service redelivers when it lapses.
-   */
-  private async retry(delivery: PubSubDelivery, delayMs: number): Promise<void> {
-    this.dropQueuedOfKey(delivery);
-    // Without exactly-once the client sends its receipt modAck (the lease length) in a
-    // batch a few ms after receipt, without waiting for it. A handler that fails faster
-    // would see its delayed modAck overwritten by that later one: the retry would come
-    // after a whole lease instead of the backoff. Let the receipt modAck go first.
-    const wait = delivery.receivedAt + RECEIPT_MODACK_GUARD_MS - Date.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    const seconds = this.subscriptionFacts?.retryPolicy
-      ? 0
-      : Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(0, Math.ceil(delayMs / 1000)));
-    await this.modAck(delivery, seconds);
-  }
-
-  private async deadLetter(
-    delivery: PubSubDelivery,
-    reason: DeadLetterReason,
-    detail: string,
-  ): Promise<void> {
-    const topic = this.deadLetterTopic;
-    if (!topic) {
-      // Park it as long as one deadline allows: never processed unprotected, never dropped.
-      await this.settlement.modAck(delivery.ackId, MAX_ACK_DEADLINE_SECONDS).catch(() => {});
-      throw new BrokerMisconfiguredError(
-        `cannot dead-letter (${reason}: ${detail}): ${this.subscriptionName} has no dead-letter topic; the message is parked for ${MAX_ACK_DEADLINE_SECONDS} s. Configure broker.deadLetterTopic or a dead-letter policy.`,
-      );
-    }
-    const { message } = delivery;
-    const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
-    await topic.publishMessage({
-      data: message.data,
-      attributes: {
-        ...message.attributes,
-        [DEAD_LETTER_ATTRIBUTES.reason]: reason,
-        ...(trimmed ? { [DEAD_LETTER_ATTRIBUTES.detail]: trimmed } : {}),
-        [DEAD_LETTER_ATTRIBUTES.sourceMessageId]: message.id,
-        [DEAD_LETTER_ATTRIBUTES.sourceSubscription]: this.subscriptionName,
-        // Publishing with an ordering key needs ordering on the publisher; the key is
-        // kept as an attribute instead.
-        ...(message.orderingKey ? { [DEAD_LETTER_ATTRIBUTES.orderingKey]: message.orderingKey } : {}),
-      },
-    });
-    this.stats.deadLettered++;
-    if (this.exactlyOnce) await this.throughClient('Acknowledge', () => message.ackWithResponse());
-    else await this.settlement.ack(delivery.ackId);
-  }
+/** Attributes a dead-letter copy must keep: the ones message IDs are read from. */
+function idAttributes(strategy: IdStrategy | undefined): string[] {
+  const named = typeof strategy === 'object' && strategy !== null ? [strategy.attribute] : [];
+  return [...named, 'message-id'];
 }

@@ -34,14 +34,37 @@ export interface DeliverySettler {
 export class PubSubDelivery implements Delivery {
   private expiresAt: number;
 
+  /**
+   * @param receipt resolves once the client's receipt modAck of this message was
+   *   answered: a deadline change of ours sent before it would be overwritten by it.
+   */
   constructor(
     readonly message: PubSubMessage,
     readonly envelope: Envelope,
     private readonly settler: DeliverySettler,
-    readonly receivedAt: number,
+    arrivedAt: number,
     leaseMs: number,
+    private readonly receipt: Promise<void> = Promise.resolve(),
   ) {
-    this.expiresAt = receivedAt + leaseMs;
+    // No `receivedAt` (Delivery's): the lease keeper's cap (maxExtensionMs) counts from
+    // dispatch, not from the time a message waited in the adapter for a slot.
+    this.expiresAt = arrivedAt + leaseMs;
+  }
+
+  /**
+   * Resolves once the client's receipt modAck was answered, or once the lease is over
+   * (nothing of ours can be overwritten then), whichever comes first.
+   */
+  async receiptAnswered(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const leaseOver = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, Math.max(0, this.expiresAt - Date.now()));
+    });
+    try {
+      await Promise.race([this.receipt, leaseOver]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   get ackId(): string {

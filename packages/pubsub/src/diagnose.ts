@@ -98,7 +98,7 @@ function checkLease(
     level: leaseMs < 2000 ? 'warn' : 'ok',
     message:
       leaseMs < handlerTimeoutMs
-        ? `ack deadline ${seconds} s (${origin}); the lease keeper extends it every ${leaseMs / 2} ms (ModifyAckDeadline) until handlerTimeoutMs ${handlerTimeoutMs} ms. The client's own extension (maxExtensionTime) is not used: it stops silently, the keeper enforces its own deadline`
+        ? `ack deadline ${seconds} s (${origin}); the lease keeper extends it every ${leaseMs / 2} ms (ModifyAckDeadline), aborts ctx.signal at handlerTimeoutMs ${handlerTimeoutMs} ms and stops renewing ${settings.maxExtensionMs ?? handlerTimeoutMs + 60_000} ms after dispatch (broker.maxExtensionMs). The client's own extension (maxExtensionTime) is not used: it stops silently, the keeper enforces its own deadline`
         : `ack deadline ${seconds} s (${origin}) covers handlerTimeoutMs ${handlerTimeoutMs} ms`,
   });
 }

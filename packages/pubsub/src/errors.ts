@@ -1,12 +1,4 @@
-import { AckError, AckResponses } from '@google-cloud/pubsub';
 import { LeaseLostError, OncelyError, type OncelyErrorCode } from '@oncely/core';
-
-const ACK_ERROR_CODES = new Set<string>([
-  AckResponses.Invalid,
-  AckResponses.Other,
-  AckResponses.PermissionDenied,
-  AckResponses.FailedPrecondition,
-]);
 
 /**
  * Stable code of {@link PubSubOperationError}.
@@ -81,27 +73,6 @@ export function ackIdErrors(error: unknown): Map<string, string> {
  */
 export function isInvalidAckId(code: string | undefined): boolean {
   return code === INVALID_ACK_ID;
-}
-
-/**
- * The per-ack-ID result of an `AckError` from the client's `ackWithResponse` /
- * `modAckWithResponse` (exactly-once), as the service's code: `INVALID` is what the
- * client makes of `PERMANENT_FAILURE_INVALID_ACK_ID`. Other `AckError` codes
- * (`PERMISSION_DENIED`, `FAILED_PRECONDITION`, `OTHER`) are returned as they are;
- * anything that is not an `AckError` gives `undefined`.
- *
- * @example
- * ```ts
- * await message.ackWithResponse().catch((e) => ackErrorCode(e)); // 'PERMANENT_FAILURE_INVALID_ACK_ID'
- * ```
- */
-export function ackErrorCode(error: unknown): string | undefined {
-  if (typeof error !== 'object' || error === null) return undefined;
-  const code = (error as { errorCode?: unknown }).errorCode;
-  // By shape, not instanceof: the application may hold another copy of the client.
-  if (!(error instanceof AckError) && !ACK_ERROR_CODES.has(code as string)) return undefined;
-  if (code === AckResponses.Invalid) return INVALID_ACK_ID;
-  return typeof code === 'string' ? code : undefined;
 }
 
 /**

@@ -3,6 +3,11 @@ import { ConfigError } from '@oncely/core';
 
 /** Pub/Sub accepts ack deadlines of at most 600 s (ModifyAckDeadline, Subscription). */
 export const MAX_ACK_DEADLINE_SECONDS = 600;
+/**
+ * The least ack deadline the service takes for a subscription and for a StreamingPull
+ * stream (`stream_ack_deadline_seconds`); ModifyAckDeadline alone accepts 0–600 s.
+ */
+export const MIN_ACK_DEADLINE_SECONDS = 10;
 
 /**
  * The `broker` section of a consumer config for Google Cloud Pub/Sub.
@@ -34,19 +39,43 @@ export interface PubSubBrokerConfig {
    */
   client?: PubSub;
   /**
-   * Lease per delivery and per renewal, in seconds (1–600; the service accepts 10–600
-   * for a subscription's own deadline, any 0–600 for ModifyAckDeadline).
+   * Lease per delivery and per renewal, in seconds, 10–600. It is also the stream's ack
+   * deadline (`stream_ack_deadline_seconds`), which the service accepts from 10 to 600 s
+   * only: below 10 every stream would be refused.
    * @default the subscription's `ackDeadlineSeconds`
    */
   ackDeadlineSeconds?: number;
-  /** StreamingPull streams; each gets `max_outstanding_messages` = concurrency from the service. @default 1 */
+  /** StreamingPull streams; each gets its own `max_outstanding_messages` (see `maxDeferredMessages`). @default 1 */
   maxStreams?: number;
+  /**
+   * How many messages may wait out a retry backoff (a subscription without a retry
+   * policy: the ack deadline is set to the delay) or be parked (no dead-letter topic)
+   * without holding back the others. Such messages stay outstanding at the service, so
+   * the stream's `max_outstanding_messages` is `concurrency` plus this; the adapter runs
+   * `concurrency` at a time and keeps the leases of the others, so up to this many may
+   * also be received ahead of a free handler slot. 0 gives the stream just the handler
+   * slots: then one deferred message holds one of them back.
+   * @default the consumer's concurrency, at least 10
+   */
+  maxDeferredMessages?: number;
   /**
    * Topic that receives messages Oncely dead-letters (published with the reason as an
    * attribute, then the original is acked). ID or full name.
    * @default the subscription's dead-letter policy topic, if any
    */
   deadLetterTopic?: string;
+  /**
+   * How long the lease keeper renews a delivery's ack deadline, from when the delivery is
+   * handed to the consumer. At `handlerTimeoutMs` the keeper aborts `ctx.signal` but goes
+   * on renewing, so that a handler that stops rolls back and is retried under a lease
+   * still held (the retry's backoff applies); at this cap it stops renewing and reports
+   * `leaseLost`: the lease lapses within one lease length and the service hands the
+   * message out again, so a handler that hangs holds its handler slot, not the message.
+   * At least `handlerTimeoutMs`. (Pub/Sub itself sets no total; the client's
+   * `maxExtensionTime`, 60 min by default, is its own cap and is not used.)
+   * @default handlerTimeoutMs + 60000
+   */
+  maxExtensionMs?: number;
   /**
    * How long `start()` waits for the service to answer its first call (GetSubscription),
    * retries included, before it fails with `BROKER_UNREACHABLE`. Without it the client
@@ -63,7 +92,9 @@ export interface PubSubSettings {
   client?: PubSub;
   ackDeadlineSeconds?: number;
   maxStreams: number;
+  maxDeferredMessages?: number;
   deadLetterTopic?: string;
+  maxExtensionMs?: number;
   connectTimeoutMs: number;
 }
 
@@ -75,7 +106,9 @@ const KNOWN_OPTIONS = new Set([
   'client',
   'ackDeadlineSeconds',
   'maxStreams',
+  'maxDeferredMessages',
   'deadLetterTopic',
+  'maxExtensionMs',
   'connectTimeoutMs',
 ]);
 
@@ -151,12 +184,14 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
     client: client as PubSub | undefined,
     ackDeadlineSeconds: integer(
       broker.ackDeadlineSeconds,
-      1,
+      MIN_ACK_DEADLINE_SECONDS,
       MAX_ACK_DEADLINE_SECONDS,
       'broker.ackDeadlineSeconds',
     ),
     maxStreams: integer(broker.maxStreams, 1, 20, 'broker.maxStreams') ?? 1,
+    maxDeferredMessages: integer(broker.maxDeferredMessages, 0, 10_000, 'broker.maxDeferredMessages'),
     deadLetterTopic: deadLetterTopic as string | undefined,
+    maxExtensionMs: integer(broker.maxExtensionMs, 1, 7 * 24 * 3_600_000, 'broker.maxExtensionMs'),
     connectTimeoutMs: integer(broker.connectTimeoutMs, 1, 600_000, 'broker.connectTimeoutMs') ?? 15_000,
   };
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { silentLogger } from '@oncely/core';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
 import { PostgresStore } from '@oncely/postgres';
-import { DEAD_LETTER_ATTRIBUTES } from '@oncely/pubsub';
+import { readDeadLetter } from '@oncely/pubsub';
 import {
   type AdapterFeatures,
   type AdapterHarness,
@@ -17,8 +17,11 @@ import { adminClient, DATABASE_URL, PROJECT, startEmulator } from './support.js'
 //   maxDeliveries, at least the service's minimum of 5, else 10) to its own topic, so the
 //   service counts deliveries (deliveryAttempt) and the adapter dead-letters there with
 //   the reason; a subscription on that topic is read through the emulator's inspection.
-// - Leases are the subscription's ack deadline, in whole seconds (the emulator accepts
-//   1 s: minAckDeadlineSeconds).
+// - Leases are the subscription's ack deadline, in whole seconds. The emulator runs with
+//   a 1 s minimum (the service's is 10 s) because the lease scenarios (long handler,
+//   lease lost, crash before ack) ask for 1–2 s leases: at 10 s each would wait ten
+//   times as long. The adapter reads the lease from the subscription, so nothing here
+//   sets an ackDeadlineSeconds the adapter would refuse.
 // - forceRedelivery lets the ack deadline of the message's outstanding deliveries lapse
 //   (emulator hook); disconnect ends the StreamingPull streams from the server side with
 //   UNAVAILABLE; restart restarts the emulator on its port, keeping its state.
@@ -43,7 +46,7 @@ export function features(exactlyOnce: boolean): AdapterFeatures {
 }
 
 export async function createHarness(exactlyOnce: boolean): Promise<AdapterHarness> {
-  const emulator: PubSubEmulator = await startEmulator();
+  const emulator: PubSubEmulator = await startEmulator({ minAckDeadlineSeconds: 1 });
   const pubsub = adminClient(emulator);
   const schema = `oncely_pubsub_conf_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
   return {
@@ -94,7 +97,7 @@ export async function createHarness(exactlyOnce: boolean): Promise<AdapterHarnes
           const view = emulator.inspectSubscription(deadSubscription.name);
           return (view?.messages ?? []).map((m) => ({
             id: m.attributes['message-id'],
-            reason: m.attributes[DEAD_LETTER_ATTRIBUTES.reason] ?? 'pubsub-dead-letter-policy',
+            reason: readDeadLetter(m.attributes)?.reason ?? 'pubsub-dead-letter-policy',
           }));
         },
         async backlog() {

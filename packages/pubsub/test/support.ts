@@ -1,5 +1,9 @@
 import { PubSub } from '@google-cloud/pubsub';
-import { type PubSubEmulator, startPubSubEmulator } from '@oncely/emulators/pubsub';
+import {
+  type PubSubEmulator,
+  type PubSubEmulatorOptions,
+  startPubSubEmulator,
+} from '@oncely/emulators/pubsub';
 import { requireService } from '@oncely/testkit';
 import pg from 'pg';
 
@@ -16,11 +20,12 @@ export async function postgresAvailable(): Promise<boolean> {
 }
 
 /**
- * The emulator in this process. `minAckDeadlineSeconds: 1` lets subscriptions use the
- * 1–2 s leases of the lease scenarios (the service's minimum is 10 s).
+ * The emulator in this process, with the service's 10 s minimum ack deadline unless the
+ * caller lowers it (`minAckDeadlineSeconds`) and says why: a lower minimum hid a consumer
+ * whose stream the service would refuse (an `ackDeadlineSeconds` below 10).
  */
-export function startEmulator(): Promise<PubSubEmulator> {
-  return startPubSubEmulator({ port: 0, minAckDeadlineSeconds: 1 });
+export function startEmulator(options: PubSubEmulatorOptions = {}): Promise<PubSubEmulator> {
+  return startPubSubEmulator({ port: 0, ...options });
 }
 
 /** A real client on the emulator, configured per instance (no global environment). */

@@ -10,6 +10,7 @@ import {
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
 import { ApiError, alreadyExists, failedPrecondition, invalidArgument, notFound } from './apiError.js';
+import { type SettlementFailure, type SettlementFailureHandle, SettlementFaults } from './faults.js';
 import {
   type DurationValue,
   durationToMs,
@@ -20,6 +21,7 @@ import {
   parseTopicName,
 } from './names.js';
 import { loadPubSubServices, type PubSubServices } from './protos.js';
+import { pushConfigOf } from './pushConfig.js';
 import { encodeStatusWithErrorInfo } from './statusDetails.js';
 
 // Limits from the Pub/Sub API reference (Subscription, DeadLetterPolicy, RetryPolicy,
@@ -36,7 +38,16 @@ const MAX_BACKOFF_MS = 600_000;
 const MAX_ORDERING_KEY_BYTES = 1024;
 const MAX_ATTRIBUTE_KEY_BYTES = 256;
 const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
+const MAX_ATTRIBUTES = 100;
+const MAX_MESSAGES_PER_PUBLISH = 1000;
+/** A message (data, attribute keys and values, ordering key) and a Publish request. */
+const MAX_MESSAGE_BYTES = 10_000_000;
 const MAX_PUBLISH_REQUEST_BYTES = 10_000_000;
+/**
+ * gRPC's own default (4 MB) would refuse a message the service accepts before the
+ * handler sees it; the request limit above is the service's, checked in the handler.
+ */
+const MAX_GRPC_MESSAGE_BYTES = 16 * 1024 * 1024;
 /** Messages per StreamingPull response when the stream sets no limit. */
 const MAX_MESSAGES_PER_RESPONSE = 1000;
 const DELETED_TOPIC = '_deleted-topic_';
@@ -151,6 +162,22 @@ export interface PubSubEmulator {
    * them. Leases of messages delivered on them stay valid. Returns how many were closed.
    */
   disconnectStreams(subscription?: string): number;
+  /**
+   * Test hook: ends the StreamingPull streams (of one subscription, or all) from the
+   * server side with `code` (a gRPC status) and `message`. The client reopens a stream
+   * only after the statuses it retries (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, ...);
+   * after any other (NOT_FOUND, INVALID_ARGUMENT, ...) it closes its subscriber. Leases
+   * of messages delivered on them stay valid. Returns how many were ended.
+   */
+  endStreams(subscription: string | undefined, code: number, message?: string): number;
+  /**
+   * Test hook: the next `failure.count` Acknowledge / ModifyAckDeadline requests that
+   * match fail with the chosen status (a transient UNAVAILABLE, FAILED_PRECONDITION) or
+   * with a per-ack-ID reason in `ErrorInfo`, as exactly-once subscriptions answer
+   * (`PERMANENT_FAILURE_INVALID_ACK_ID`, `TRANSIENT_FAILURE_*`). A failed request applies
+   * none of its ack IDs. The handle counts the failed requests and ends the failure early.
+   */
+  failSettlements(failure: SettlementFailure): SettlementFailureHandle;
   /**
    * Test hook: lets the ack deadline of outstanding messages lapse now, as if it had
    * expired: each is redelivered (with a fresh ack ID) or dead-lettered.
@@ -297,6 +324,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   private readonly topics = new Map<string, TopicState>();
   private readonly subscriptions = new Map<string, SubscriptionState>();
   private readonly ackIds = new Map<string, AckEntry>();
+  private readonly faults = new SettlementFaults();
   private readonly minAckDeadlineS: number;
   private readonly streamTimeoutMs: number;
   private readonly pullWaitMs: number;
@@ -323,7 +351,10 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   }
 
   async listen(): Promise<void> {
-    const server = new Server();
+    const server = new Server({
+      'grpc.max_receive_message_length': MAX_GRPC_MESSAGE_BYTES,
+      'grpc.max_send_message_length': MAX_GRPC_MESSAGE_BYTES,
+    });
     server.addService(this.services.publisher, this.publisherHandlers());
     server.addService(this.services.subscriber, this.subscriberHandlers());
     this.port = await new Promise<number>((resolve, reject) => {
@@ -361,18 +392,27 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   }
 
   disconnectStreams(subscription?: string): number {
+    return this.endStreams(
+      subscription,
+      status.UNAVAILABLE,
+      'The service was unable to fulfill your request.',
+    );
+  }
+
+  endStreams(subscription: string | undefined, code: number, message = `Stream ended with status ${code}.`) {
     let closed = 0;
     for (const state of this.subscriptions.values()) {
       if (subscription !== undefined && state.name !== subscription) continue;
       for (const stream of [...state.streams]) {
-        this.endStream(
-          stream,
-          new ApiError(status.UNAVAILABLE, 'The service was unable to fulfill your request.'),
-        );
+        this.endStream(stream, code === status.OK ? undefined : new ApiError(code, message));
         closed++;
       }
     }
     return closed;
+  }
+
+  failSettlements(failure: SettlementFailure): SettlementFailureHandle {
+    return this.faults.add(failure);
   }
 
   expireLeases(subscription: string, filter?: (message: EmulatedMessageView) => boolean): number {
@@ -492,12 +532,22 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     const topic = this.requireTopic(req.topic);
     const messages = req.messages ?? [];
     if (messages.length === 0) throw invalidArgument('The request contains no messages.');
+    if (messages.length > MAX_MESSAGES_PER_PUBLISH) {
+      throw invalidArgument(
+        `The request contains ${messages.length} messages; at most ${MAX_MESSAGES_PER_PUBLISH} are allowed.`,
+      );
+    }
     let requestBytes = 0;
     for (const message of messages) {
       const data = message.data ?? Buffer.alloc(0);
       const attributes = message.attributes ?? {};
       if (data.length === 0 && Object.keys(attributes).length === 0) {
         throw invalidArgument('Some messages are empty: a message needs data or at least one attribute.');
+      }
+      if (Object.keys(attributes).length > MAX_ATTRIBUTES) {
+        throw invalidArgument(
+          `A message has ${Object.keys(attributes).length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`,
+        );
       }
       for (const [key, value] of Object.entries(attributes)) {
         if (key === '' || Buffer.byteLength(key) > MAX_ATTRIBUTE_KEY_BYTES) {
@@ -510,7 +560,11 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       if (Buffer.byteLength(message.orderingKey ?? '') > MAX_ORDERING_KEY_BYTES) {
         throw invalidArgument('An ordering key is longer than 1024 bytes.');
       }
-      requestBytes += messageSize(data, attributes, message.orderingKey ?? '');
+      const size = messageSize(data, attributes, message.orderingKey ?? '');
+      if (size > MAX_MESSAGE_BYTES) {
+        throw invalidArgument(`A message is ${size} bytes; at most ${MAX_MESSAGE_BYTES} are allowed.`);
+      }
+      requestBytes += size;
     }
     if (requestBytes > MAX_PUBLISH_REQUEST_BYTES) {
       throw invalidArgument('The request is larger than the 10 MB limit.');
@@ -594,6 +648,8 @@ class PubSubEmulatorImpl implements PubSubEmulator {
             throw invalidArgument(`Invalid ack deadline: ${seconds}; must be between 0 and 600 seconds.`);
           }
           if (!req.ackIds?.length) throw invalidArgument('No ack IDs were given.');
+          const fault = this.faults.check('ModifyAckDeadline', subscription.name, req.ackIds, seconds);
+          if (fault) throw fault;
           const errors = this.modifyAckDeadline(subscription, req.ackIds, seconds);
           if (errors.count > 0) throw errors.toError('modify ack deadline');
           return {};
@@ -602,6 +658,8 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       Acknowledge: unary((req: { subscription?: string; ackIds?: string[] }) => {
         const subscription = this.requireSubscription(req.subscription);
         if (!req.ackIds?.length) throw invalidArgument('No ack IDs were given.');
+        const fault = this.faults.check('Acknowledge', subscription.name, req.ackIds);
+        if (fault) throw fault;
         const errors = this.acknowledge(subscription, req.ackIds);
         if (errors.count > 0) throw errors.toError('acknowledge');
         return {};
@@ -620,8 +678,10 @@ class PubSubEmulatorImpl implements PubSubEmulator {
         }
       },
       StreamingPull: (call: ServerDuplexStream<any, any>) => this.streamingPull(call),
-      ModifyPushConfig: unary(() => {
-        throw new ApiError(status.UNIMPLEMENTED, 'Push subscriptions are not emulated.');
+      ModifyPushConfig: unary((req: { subscription?: string; pushConfig?: unknown }) => {
+        const subscription = this.requireSubscription(req.subscription);
+        subscription.config = { ...subscription.config, pushConfig: pushConfigOf(req.pushConfig) };
+        return {};
       }),
     };
   }
@@ -633,9 +693,6 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     const topic = this.topics.get(resource.topic);
     if (!topic) throw notFound(resource.topic);
     if (resource.filter) throw new ApiError(status.UNIMPLEMENTED, 'Subscription filters are not emulated.');
-    if (resource.pushConfig && (resource.pushConfig as { pushEndpoint?: string }).pushEndpoint) {
-      throw new ApiError(status.UNIMPLEMENTED, 'Push subscriptions are not emulated.');
-    }
     const config: SubscriptionConfig = {
       ...resource,
       ackDeadlineSeconds: 0,
@@ -646,6 +703,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       'messageRetentionDuration',
       'deadLetterPolicy',
       'retryPolicy',
+      'pushConfig',
     ]);
     const state: SubscriptionState = {
       name: resource.name,
@@ -717,6 +775,9 @@ class PubSubEmulatorImpl implements PubSubEmulator {
           config.retryPolicy = { minimumBackoff: msToDuration(min), maximumBackoff: msToDuration(max) };
           break;
         }
+        case 'pushConfig':
+          config.pushConfig = pushConfigOf(from.pushConfig);
+          break;
         default:
           config[field] = from[field];
       }
@@ -924,15 +985,15 @@ class PubSubEmulatorImpl implements PubSubEmulator {
 
   /**
    * The entry an ack ID stands for, if it is still the message's latest ack ID and the
-   * message is out. With exactly-once an expired deadline also invalidates it (the tick
-   * may not have redelivered the message yet).
+   * message is out. A deadline that passed but whose expiry the tick has not processed
+   * yet does not invalidate it: the message has not gone out again, so an ack or modAck
+   * that got here first is honoured (refusing it made an acked message come back).
    */
   private resolve(subscription: SubscriptionState, ackId: string): SubMessage | undefined {
     const found = this.ackIds.get(ackId);
     if (!found || found.subscription !== subscription) return undefined;
     const { entry } = found;
     if (entry.ackId !== ackId || entry.state !== 'outstanding') return undefined;
-    if (subscription.config.enableExactlyOnceDelivery && entry.deadline <= this.now()) return undefined;
     return entry;
   }
 

@@ -1,5 +1,7 @@
 // A Docker-free Google Cloud Pub/Sub emulator on @grpc/grpc-js, serving the protos of
 // @google-cloud/pubsub. Behaviour and limits: docs/pubsub.md.
+
+export type { SettlementFailure, SettlementFailureHandle, SettlementRpc } from './faults.js';
 export type {
   EmulatedMessageView,
   PubSubEmulator,

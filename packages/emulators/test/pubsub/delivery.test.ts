@@ -11,7 +11,9 @@ let emulator: PubSubEmulator;
 let pubsub: PubSub;
 
 beforeAll(async () => {
-  emulator = await startEmulator();
+  // 1 s minimum: the deadline tests use 1–3 s stream and subscription deadlines so that
+  // a lapse takes seconds (the service's minimum is 10 s).
+  emulator = await startEmulator({ minAckDeadlineSeconds: 1 });
   pubsub = clientFor(emulator);
 });
 afterAll(async () => {

@@ -16,7 +16,8 @@ let emulator: PubSubEmulator;
 let pubsub: PubSub;
 
 beforeAll(async () => {
-  emulator = await startEmulator();
+  // 1 s minimum: the streams here use 2 s deadlines (see above).
+  emulator = await startEmulator({ minAckDeadlineSeconds: 1 });
   pubsub = clientFor(emulator);
 });
 afterAll(async () => {

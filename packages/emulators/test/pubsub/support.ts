@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { type Message, PubSub, type Subscription, v1 } from '@google-cloud/pubsub';
 import { credentials } from '@grpc/grpc-js';
-import { type PubSubEmulator, startPubSubEmulator } from '@oncely/emulators/pubsub';
+import {
+  type PubSubEmulator,
+  type PubSubEmulatorOptions,
+  startPubSubEmulator,
+} from '@oncely/emulators/pubsub';
 
 export const PROJECT = 'oncely-test';
 
@@ -10,9 +14,13 @@ export function uniqueName(label: string): string {
   return `${label}-${randomUUID().slice(0, 8)}`;
 }
 
-/** The emulator in this process, with 1 s minimum ack deadlines for short lease tests. */
-export async function startEmulator(): Promise<PubSubEmulator> {
-  return startPubSubEmulator({ port: 0, minAckDeadlineSeconds: 1 });
+/**
+ * The emulator in this process, with the service's 10 s minimum ack deadline unless a
+ * test lowers it (`minAckDeadlineSeconds`) and says why: a lower minimum hides consumers
+ * that would be refused by the service.
+ */
+export async function startEmulator(options: PubSubEmulatorOptions = {}): Promise<PubSubEmulator> {
+  return startPubSubEmulator({ port: 0, ...options });
 }
 
 /** A real client pointed at the emulator through its per-instance options (no global env). */

@@ -6,12 +6,25 @@
  * (every call and connection drops) and listens again after a few seconds with its state
  * kept, as a durable service keeps it. Exactly-once delivery is off unless
  * ONCELY_CHAOS_PUBSUB_EXACTLY_ONCE=1.
+ *
+ * With ONCELY_CHAOS_PUBSUB_ACK_FAULTS=1, acks and modAcks also fail transiently all run
+ * long: every ACK_FAULT_EVERY_MS the emulator fails every Acknowledge or
+ * ModifyAckDeadline request (in turn) for ACK_FAULT_WINDOW_MS, with UNAVAILABLE, and with
+ * exactly-once also with TRANSIENT_FAILURE_UNORDERED_ACK_ID per ack ID, the way the
+ * service answers a short outage. (A window, not a number of requests: at the end of a
+ * run, when few requests are left, a fixed number of them is every request for seconds.)
+ * `notes.ackFaults` says how many requests failed.
  */
 import { PubSub } from '@google-cloud/pubsub';
+import { status } from '@grpc/grpc-js';
 import { startPubSubEmulator } from '@oncely/emulators/pubsub';
-import { DEAD_LETTER_ATTRIBUTES } from '@oncely/pubsub';
+import { readDeadLetter } from '@oncely/pubsub';
 
 const PROJECT = 'oncely-chaos';
+/** A short outage of one kind of settlement request every this often... */
+const ACK_FAULT_EVERY_MS = 2000;
+/** ...lasting this long: shorter than the 2 s lease, so a retry with the ack ID can land. */
+const ACK_FAULT_WINDOW_MS = 400;
 
 /**
  * @param {{ runId: string, restartDownMs?: number }} input
@@ -36,17 +49,25 @@ export async function pubsubBackend({ runId, restartDownMs = 3000 }) {
     deadLetterPolicy: { deadLetterTopic: deadTopic.name, maxDeliveryAttempts: 100 },
   });
 
+  const ackFaults =
+    process.env.ONCELY_CHAOS_PUBSUB_ACK_FAULTS === '1'
+      ? injectAckFaults(emulator, subscription.name, exactlyOnce)
+      : undefined;
+  const notes = {
+    consumers: 'child processes; the Pub/Sub emulator runs in the runner',
+    brokerDrop: 'every StreamingPull stream ended by the server (UNAVAILABLE)',
+    brokerRestart: `the emulator's gRPC server shut down (every connection dropped) and back after ${restartDownMs} ms, state kept`,
+  };
+  const variant = [exactlyOnce ? 'exactly-once' : '', ackFaults ? 'acks failing' : '']
+    .filter(Boolean)
+    .join(', ');
   return {
-    name: exactlyOnce ? 'pubsub (exactly-once)' : 'pubsub',
+    name: variant ? `pubsub (${variant})` : 'pubsub',
     crossProcess: true,
     leaseMs,
     stallMs: Math.round(leaseMs * 1.5),
     leaseLossSlot: true,
-    notes: {
-      consumers: 'child processes; the Pub/Sub emulator runs in the runner',
-      brokerDrop: 'every StreamingPull stream ended by the server (UNAVAILABLE)',
-      brokerRestart: `the emulator's gRPC server shut down (every connection dropped) and back after ${restartDownMs} ms, state kept`,
-    },
+    notes,
     async consumerBroker() {
       return {
         type: 'pubsub',
@@ -72,7 +93,7 @@ export async function pubsubBackend({ runId, restartDownMs = 3000 }) {
     async deadLetters() {
       return (emulator.inspectSubscription(deadSubscription.name)?.messages ?? []).map((message) => ({
         id: message.attributes['message-id'],
-        reason: message.attributes[DEAD_LETTER_ATTRIBUTES.reason] ?? 'pubsub-dead-letter-policy',
+        reason: readDeadLetter(message.attributes)?.reason ?? 'pubsub-dead-letter-policy',
       }));
     },
     async disconnect() {
@@ -84,8 +105,67 @@ export async function pubsubBackend({ runId, restartDownMs = 3000 }) {
       return `the emulator was down for ${restartDownMs} ms`;
     },
     async teardown() {
+      if (ackFaults) notes.ackFaults = ackFaults.stop();
       await pubsub.close().catch(() => {});
       await emulator.stop();
+    },
+  };
+}
+
+/**
+ * Fails bursts of ack and modAck requests transiently for as long as the run lasts.
+ * `stop()` ends it and says how many requests failed (`<n> ack/modAck requests failed
+ * transiently (...)`, the count first).
+ *
+ * @param {import('@oncely/emulators/pubsub').PubSubEmulator} emulator
+ * @param {string} subscription
+ * @param {boolean} exactlyOnce
+ */
+function injectAckFaults(emulator, subscription, exactlyOnce) {
+  /** @type {Array<{ kind: string, failure: import('@oncely/emulators/pubsub').SettlementFailureHandle }>} */
+  const bursts = [];
+  const kinds = [
+    { kind: 'Acknowledge UNAVAILABLE', rpc: 'Acknowledge', code: status.UNAVAILABLE },
+    { kind: 'ModifyAckDeadline UNAVAILABLE', rpc: 'ModifyAckDeadline', code: status.UNAVAILABLE },
+    // Per ack ID: only exactly-once subscriptions answer that way.
+    ...(exactlyOnce
+      ? [
+          {
+            kind: 'Acknowledge TRANSIENT_*',
+            rpc: 'Acknowledge',
+            ackIdReason: 'TRANSIENT_FAILURE_UNORDERED_ACK_ID',
+          },
+          {
+            kind: 'ModifyAckDeadline TRANSIENT_*',
+            rpc: 'ModifyAckDeadline',
+            ackIdReason: 'TRANSIENT_FAILURE_UNORDERED_ACK_ID',
+          },
+        ]
+      : []),
+  ];
+  let next = 0;
+  const timer = setInterval(() => {
+    const { kind, ...spec } = kinds[next++ % kinds.length];
+    const failure = emulator.failSettlements({ ...spec, subscription, count: 1_000_000 });
+    bursts.push({ kind, failure });
+    setTimeout(() => failure.clear(), ACK_FAULT_WINDOW_MS).unref();
+  }, ACK_FAULT_EVERY_MS);
+  timer.unref();
+  return {
+    stop() {
+      clearInterval(timer);
+      /** @type {Record<string, number>} */
+      const byKind = {};
+      let failed = 0;
+      for (const { kind, failure } of bursts) {
+        failure.clear();
+        byKind[kind] = (byKind[kind] ?? 0) + failure.failed;
+        failed += failure.failed;
+      }
+      const detail = Object.entries(byKind)
+        .map(([kind, n]) => `${kind} ${n}`)
+        .join(', ');
+      return `${failed} ack/modAck requests failed transiently in ${bursts.length} outages of ${ACK_FAULT_WINDOW_MS} ms (${detail})`;
     },
   };
 }

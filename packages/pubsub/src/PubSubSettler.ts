@@ -1,0 +1,185 @@
+import type { Topic } from '@google-cloud/pubsub';
+import { BrokerMisconfiguredError, type DeadLetterReason, isOncelyError, type Logger } from '@oncely/core';
+import { deadLetterAttributes } from './deadLetterCopy.js';
+import type { PubSubDelivery } from './PubSubDelivery.js';
+import { MAX_ACK_DEADLINE_SECONDS } from './pubsubConfig.js';
+import type { SettlementClient } from './SettlementClient.js';
+import type { SubscriptionFacts } from './subscriptionFacts.js';
+
+/**
+ * Counters an application may export as metrics (`adapter.stats`).
+ *
+ * @example
+ * ```ts
+ * setInterval(() => gauge.set((adapter as PubSubAdapter).stats.staleAckIds), 10_000);
+ * ```
+ */
+export interface PubSubAdapterStats {
+  /** Messages received. */
+  received: number;
+  /** Settlements or lease renewals the service refused as an invalid ack ID (exactly-once only). */
+  staleAckIds: number;
+  /** Messages published to the dead-letter topic. */
+  deadLettered: number;
+  /** StreamingPull reopens after the client closed its subscriber on an error (see `health`). */
+  reconnects: number;
+  /**
+   * Messages this consumer set to wait out a retry backoff (no retry policy) or parked
+   * (no dead-letter topic) whose deadline has not passed yet: they are outstanding at the
+   * service and take from `broker.maxDeferredMessages`, not from the handler slots.
+   */
+  readonly deferred: number;
+}
+
+/** What a {@link PubSubSettler} reads from its adapter. */
+export interface PubSubSettlerContext {
+  settlement: SettlementClient;
+  subscriptionName: string;
+  facts(): SubscriptionFacts | undefined;
+  deadLetterTopic(): Topic | undefined;
+  /** Attributes a dead-letter copy must keep: the ones message IDs are read from. */
+  idAttributes: readonly string[];
+  /** `broker.maxDeferredMessages` as resolved at start. */
+  maxDeferred(): number;
+  stats: PubSubAdapterStats;
+  log: Logger;
+}
+
+/**
+ * How one delivery is settled on Pub/Sub: acks, renewals, nacks, delayed retries, dead
+ * letters and parking, through the adapter's SettlementClient.
+ *
+ * Every change of a deadline that is ours (a delayed retry, a park, a nack) goes out only
+ * after the client's receipt modAck of that message was answered: the client sends the
+ * receipt modAck (the lease length) in a batch a few ms after receipt, without waiting,
+ * and a later one overwrites an earlier one at the service. A message parked for 600 s
+ * came back after one lease that way; a retry came after a lease instead of its backoff.
+ *
+ * @example
+ * ```ts
+ * const settler = new PubSubSettler(context);
+ * await settler.retry(delivery, 5_000);
+ * ```
+ */
+export class PubSubSettler {
+  /** Deliveries waiting out a backoff or parked, with the time their deadline passes. */
+  private readonly deferred = new Map<PubSubDelivery, number>();
+  private reserveFull = false;
+
+  constructor(private readonly context: PubSubSettlerContext) {}
+
+  /** Deliveries waiting out a backoff or parked whose deadline has not passed. */
+  get deferredCount(): number {
+    this.pruneDeferred(Date.now());
+    return this.deferred.size;
+  }
+
+  ack(delivery: PubSubDelivery): Promise<void> {
+    return this.counted(this.context.settlement.ack(delivery.ackId, () => delivery.leaseExpiresAt));
+  }
+
+  /** A lease renewal: the deadline to `seconds` from now. */
+  renew(delivery: PubSubDelivery, seconds: number): Promise<void> {
+    return this.counted(this.modAck(delivery, seconds));
+  }
+
+  /** Hands it back at once (ModifyAckDeadline 0), after the receipt modAck. */
+  release(delivery: PubSubDelivery): Promise<void> {
+    return this.counted(this.afterReceipt(delivery, 0));
+  }
+
+  /**
+   * A failed attempt. With a retry policy on the subscription a nack lets the service
+   * apply its own backoff (the core's delay is then not used); without one, the ack
+   * deadline is set to the delay (at most 600 s) and the service redelivers when it
+   * lapses. Meanwhile the message is outstanding at the service: it counts against the
+   * stream's flow control, whose reserve (`maxDeferredMessages`) is sized for it, not
+   * against the handler slots.
+   */
+  async retry(delivery: PubSubDelivery, delayMs: number): Promise<void> {
+    if (this.context.facts()?.retryPolicy) return this.release(delivery);
+    const seconds = Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(0, Math.ceil(delayMs / 1000)));
+    if (seconds > 0) this.defer(delivery, seconds);
+    return this.counted(this.afterReceipt(delivery, seconds));
+  }
+
+  async deadLetter(delivery: PubSubDelivery, reason: DeadLetterReason, detail: string): Promise<void> {
+    const { subscriptionName, stats } = this.context;
+    const topic = this.context.deadLetterTopic();
+    if (!topic) {
+      // Park it as long as one deadline allows: never processed unprotected, never dropped.
+      this.defer(delivery, MAX_ACK_DEADLINE_SECONDS);
+      await this.afterReceipt(delivery, MAX_ACK_DEADLINE_SECONDS).catch(() => {});
+      throw new BrokerMisconfiguredError(
+        `cannot dead-letter (${reason}: ${detail}): ${subscriptionName} has no dead-letter topic; the message is parked for ${MAX_ACK_DEADLINE_SECONDS} s. Configure broker.deadLetterTopic or a dead-letter policy.`,
+      );
+    }
+    const { message } = delivery;
+    await topic.publishMessage({
+      data: message.data,
+      // Within Pub/Sub's limits (100 attributes, 1,024 bytes a value), or the service
+      // would refuse the copy every time and the message would never leave.
+      attributes: deadLetterAttributes(
+        message.attributes ?? {},
+        {
+          reason,
+          detail,
+          sourceMessageId: message.id,
+          sourceSubscription: subscriptionName,
+          ...(message.orderingKey ? { orderingKey: message.orderingKey } : {}),
+        },
+        message.data.length,
+        this.context.idAttributes,
+      ),
+    });
+    stats.deadLettered++;
+    await this.ack(delivery);
+  }
+
+  private modAck(delivery: PubSubDelivery, seconds: number): Promise<void> {
+    return this.context.settlement.modAck(delivery.ackId, seconds, () => delivery.leaseExpiresAt);
+  }
+
+  /**
+   * ModifyAckDeadline `seconds`, once the client's receipt modAck of the message was
+   * answered (or its lease is over: nothing of ours matters then).
+   */
+  private async afterReceipt(delivery: PubSubDelivery, seconds: number): Promise<void> {
+    await delivery.receiptAnswered();
+    await this.modAck(delivery, seconds);
+  }
+
+  /** Notes a message set to wait out `seconds` at the service; warns once the reserve is full. */
+  private defer(delivery: PubSubDelivery, seconds: number): void {
+    const now = Date.now();
+    this.pruneDeferred(now);
+    this.deferred.set(delivery, now + seconds * 1000);
+    const full = this.deferred.size >= this.context.maxDeferred();
+    if (full && !this.reserveFull) {
+      this.context.log.warn(
+        `pubsub: ${this.deferred.size} messages wait out a retry backoff or are parked: the flow-control reserve for them (broker.maxDeferredMessages = ${this.context.maxDeferred()}) is full, so healthy messages wait behind them until their deadlines pass`,
+        { subscription: this.context.subscriptionName },
+      );
+    }
+    this.reserveFull = full;
+  }
+
+  private pruneDeferred(now: number): void {
+    for (const [delivery, until] of this.deferred) if (until <= now) this.deferred.delete(delivery);
+  }
+
+  /** Counts and logs invalid ack IDs; the rejection still reaches the core. */
+  private async counted(call: Promise<void>): Promise<void> {
+    try {
+      await call;
+    } catch (error) {
+      if (isOncelyError(error, 'LEASE_LOST')) {
+        this.context.stats.staleAckIds++;
+        this.context.log.warn('pubsub: the ack ID is no longer valid (lease lapsed or message redelivered)', {
+          error,
+        });
+      }
+      throw error;
+    }
+  }
+}

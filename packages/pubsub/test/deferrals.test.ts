@@ -1,0 +1,107 @@
+import type { PubSub } from '@google-cloud/pubsub';
+import { isOncelyError, silentLogger } from '@oncely/core';
+import type { PubSubEmulator } from '@oncely/emulators/pubsub';
+import { createAdapter, publishWithId } from '@oncely/pubsub';
+import { waitFor } from '@oncely/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { adapterFixture, unique } from './fixture.js';
+import { adminClient, postgresAvailable, startEmulator } from './support.js';
+
+// A message waiting out a retry backoff (no retry policy: its ack deadline is set to the
+// delay) or parked (a poison message and no dead-letter topic: a 600 s deadline) stays
+// outstanding at the service. With the stream's max_outstanding_messages equal to the
+// concurrency, one such message with the default concurrency of 1 stopped the whole
+// subscription for the backoff, or for good. And the 600 s park was overwritten ~10 ms
+// later by the client's receipt modAck: the message came back after one lease (issue 34,
+// defect 8). The assertions are on the order of events, not on the clock.
+
+const hasPostgres = await postgresAvailable();
+let emulator: PubSubEmulator;
+let pubsub: PubSub;
+
+beforeAll(async () => {
+  emulator = await startEmulator();
+  pubsub = adminClient(emulator);
+});
+afterAll(async () => {
+  await pubsub.close();
+  await emulator.stop();
+});
+
+describe('broker.maxDeferredMessages', () => {
+  it('is an integer from 0 to 10,000', () => {
+    const field = (maxDeferredMessages: unknown) => {
+      try {
+        createAdapter(
+          { type: 'pubsub', subscription: 'payments', maxDeferredMessages },
+          { consumerName: 'c', log: silentLogger },
+        );
+        return undefined;
+      } catch (error) {
+        expect(isOncelyError(error, 'CONFIG_INVALID')).toBe(true);
+        return (error as { field?: string }).field;
+      }
+    };
+    expect(field(-1)).toBe('broker.maxDeferredMessages');
+    expect(field(10_001)).toBe('broker.maxDeferredMessages');
+    expect(field(0)).toBeUndefined();
+    expect(field(100)).toBeUndefined();
+  });
+});
+
+describe.skipIf(!hasPostgres)('messages waiting out a backoff or parked, concurrency 1', () => {
+  it('a failing message in backoff does not hold back a healthy one behind it', async () => {
+    const fixture = await adapterFixture(pubsub, emulator, 'backoff-blocks');
+    const [deadTopic] = await pubsub.createTopic(unique('backoff-blocks-dlq'));
+    const { consumer, events } = fixture.consumer({
+      broker: { deadLetterTopic: deadTopic.name },
+      concurrency: 1,
+      maxAttempts: 2,
+      // One backoff step: 20 s. The healthy message must not wait for it.
+      backoff: { initialMs: 20_000, maxMs: 20_000 },
+      handler: async (message) => {
+        if (message.id === 'failing') throw new Error('always fails');
+      },
+    });
+    try {
+      await publishWithId(fixture.topic, { id: 'failing', body: {} });
+      await consumer.start();
+      await waitFor(() => events.count('retried', 'failing') === 1, { description: "'failing' in backoff" });
+      await publishWithId(fixture.topic, { id: 'healthy', body: {} });
+      await waitFor(() => events.count('processed', 'healthy') === 1, {
+        timeoutMs: 60_000,
+        description: "'healthy' processed",
+      });
+      // Before the failing message's second attempt, i.e. within one backoff step.
+      expect(events.count('received', 'failing')).toBe(1);
+    } finally {
+      await fixture.drop();
+    }
+  }, 120_000);
+
+  it('a parked poison message does not hold back a healthy one, and stays parked for 600 s', async () => {
+    // No dead-letter topic anywhere: a poison message is parked.
+    const fixture = await adapterFixture(pubsub, emulator, 'parked-blocks');
+    const { consumer, events } = fixture.consumer({ concurrency: 1, handler: async () => {} });
+    const view = () => emulator.inspectSubscription(fixture.subscriptionName)!;
+    try {
+      // No message-id attribute: a poison message ('missing-id').
+      await fixture.topic.publishMessage({ data: Buffer.from('{}'), attributes: { poison: 'yes' } });
+      await consumer.start();
+      await waitFor(() => events.count('ackFailed') === 1, { description: 'the poison message parked' });
+      await publishWithId(fixture.topic, { id: 'healthy', body: {} });
+      await waitFor(() => events.count('processed', 'healthy') === 1, {
+        timeoutMs: 60_000,
+        description: "'healthy' processed",
+      });
+      expect(events.count('received')).toBe(2);
+      // The park was not overwritten by the client's receipt modAck (the 10 s lease).
+      const parked = view().messages.find((m) => m.attributes.poison === 'yes')!;
+      expect(parked.state).toBe('outstanding');
+      expect(parked.deliveries).toBe(1);
+      expect(parked.deadline! - Date.now()).toBeGreaterThan(500_000);
+    } finally {
+      await fixture.drop();
+    }
+  }, 120_000);
+});
