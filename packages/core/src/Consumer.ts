@@ -101,7 +101,13 @@ interface Slot<TBody> {
  * entry, which costs more per message and in every garbage collection.
  */
 const SETTLED = Symbol('oncely.settled');
-type Marked = Delivery & { [SETTLED]?: true };
+/**
+ * Set on a delivery that stop() gave up on when its grace ran out: already logged and
+ * counted (`ackFailed`), and its adapter is closed, so a settlement that comes later is
+ * not sent (and not counted a second time).
+ */
+const ABANDONED = Symbol('oncely.abandoned');
+type Marked = Delivery & { [SETTLED]?: true; [ABANDONED]?: true };
 
 /** Thrown inside the transaction to roll back a claim whose attempts are used up. */
 class AttemptsExhausted extends Error {}
@@ -145,7 +151,14 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   private stopPromise: Promise<void> | undefined;
   private readonly stopping = new AbortController();
   private inFlight = 0;
-  private readonly keepers = new Set<LeaseKeeper>();
+  /** The lease keeper of every delivery in the pipeline, with that delivery (stop() aborts and reports them). */
+  private readonly keepers = new Map<LeaseKeeper, Held>();
+  /**
+   * Take-backs of counted runs released during stop() that are still running after their
+   * release went ahead without them (release() waits at most UNCOUNT_WAIT_MS): stop()
+   * waits for them before it resolves.
+   */
+  private readonly takeBacks = new Set<Promise<void>>();
   private readonly waiters: Array<() => void> = [];
   /** Set while the store is down: fetching pauses until a probe succeeds. */
   private outage: Promise<void> | undefined;
@@ -244,7 +257,12 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   /**
    * Stops fetching, lets in-flight handlers finish and settle, releases prefetched
    * messages that never started, and closes the adapter. After `stopTimeoutMs` the
-   * handlers' `ctx.signal` aborts; their transactions roll back unless already committed.
+   * handlers' `ctx.signal` aborts; their transactions roll back unless already committed,
+   * and their messages are released. Resolves once every delivery has settled (its
+   * rollback, the take-back of its run's count and its release), or when `stopGraceMs`
+   * more has passed; only then is the adapter closed, so the store may be closed once
+   * this resolves. A delivery still unsettled at the end of the grace is logged with its
+   * message ID and counted as `ackFailed`: the broker hands it out again after its lease.
    */
   stop(): Promise<void> {
     this.stopPromise ??= this.shutdown();
@@ -266,12 +284,42 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       this.log.warn('stop deadline passed with handlers in flight: aborting their signals', {
         inFlight: this.inFlight,
       });
-      for (const keeper of this.keepers)
+      for (const keeper of this.keepers.keys())
         keeper.abort(new OncelyError('SHUTDOWN', 'consumer stop deadline passed'));
-      await this.drained(this.settings.stopTimeoutMs);
     }
+    // The aborted runs still roll back, take back their counts and release their messages,
+    // through the store and the adapter: both stay open until every one has settled. Its
+    // own bound, not stopTimeoutMs: a short stop deadline must not cut a release short,
+    // which would leave the message invisible until its lease lapses.
+    const graceEnds = Date.now() + this.settings.stopGraceMs;
+    if (!(await this.drained(this.settings.stopGraceMs))) this.abandonUnsettled();
+    await settledWithin(
+      Promise.all(this.takeBacks).then(() => {}),
+      Math.max(0, graceEnds - Date.now()),
+    );
     await this.adapter.close().catch((error) => this.log.warn('adapter close failed', { error }));
     this.state = 'stopped';
+  }
+
+  /**
+   * The grace ran out with deliveries unsettled (a handler that ignores `ctx.signal`, a
+   * broker that does not answer): the adapter closes under them. Each is logged and
+   * counted now, since a settlement can no longer reach the broker; the broker hands the
+   * message out again once its lease lapses.
+   */
+  private abandonUnsettled(): void {
+    for (const { delivery, event } of this.keepers.values()) {
+      (delivery as Marked)[ABANDONED] = true;
+      const error = new OncelyError(
+        'SHUTDOWN',
+        `stopGraceMs (${this.settings.stopGraceMs} ms) passed before this delivery was settled: the adapter closes, and the broker redelivers the message after its lease`,
+      );
+      this.log.error('stop grace passed with a delivery unsettled: it returns after its lease', {
+        ...event,
+        error,
+      });
+      this.emit('ackFailed', { ...event, error });
+    }
   }
 
   private async drained(timeoutMs: number): Promise<boolean> {
@@ -335,7 +383,14 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     if (this.state !== 'running') {
       slot?.gathering.skip(slot.index, true);
       // Prefetched after stop() began: give it back now rather than let its lease run out.
-      await this.release(delivery, { consumer: this.settings.name });
+      // Counted in flight, so stop() closes the adapter only after this release.
+      this.inFlight++;
+      try {
+        await this.release(delivery, { consumer: this.settings.name, messageId: this.idForLogs(delivery) });
+      } finally {
+        this.inFlight--;
+        this.wakeWaiters();
+      }
       return;
     }
     this.inFlight++;
@@ -354,6 +409,15 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       slot?.gathering.skip(slot.index, slot.notDone);
       this.inFlight--;
       this.wakeWaiters();
+    }
+  }
+
+  /** The delivery's message ID for events and logs; undefined when it has none (or the ID function threw). */
+  private idForLogs(delivery: Delivery): string | undefined {
+    try {
+      return resolveMessageId(this.settings.idStrategy, delivery.envelope);
+    } catch {
+      return undefined;
     }
   }
 
@@ -405,11 +469,11 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
       onLost: (error) => this.emit('leaseLost', { ...base, error }),
       onRenewError: (error) => this.log.warn('lease renewal failed; retrying', { ...base, error }),
     });
-    this.keepers.add(keeper);
+    const held: Held = { delivery, keeper, event: base };
+    this.keepers.set(keeper, held);
     keeper.start();
     try {
       this.emit('received', base);
-      const held: Held = { delivery, keeper, event: base };
       const prepared = await this.prepare(held, key);
       if (!prepared) return;
       if (slot) {
@@ -847,6 +911,10 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     // With batchHandler, a message that runs on its own (a batch's isolation pass, the
     // one-by-one fallback) is a batch of one.
     if (batchHandler) return this.runBatchHandler([{ message, attempt, keeper }], tx as Tx);
+    // The stop deadline passed while this delivery was being prepared: the core already
+    // gave it up, so its handler does not start (with its signal already aborted, a
+    // handler waiting for the 'abort' event would never end).
+    if (isShutdown(keeper)) throw new ReleaseRequested();
     const ctx = this.context(message, tx, attempt, keeper);
     keeper.startHandlerClock();
     let result: unknown;
@@ -869,6 +937,8 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     entries: ReadonlyArray<Pick<Prepared<TBody>, 'message' | 'attempt' | 'keeper'>>,
     tx: Tx,
   ): Promise<void> {
+    // As in runHandler: nothing starts once the stop deadline has passed.
+    if (entries.some(({ keeper }) => isShutdown(keeper))) throw new ReleaseRequested();
     const batch = entries.map(({ message, attempt, keeper }) => ({
       message,
       ctx: this.context(message, tx, attempt, keeper),
@@ -963,7 +1033,15 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     // a run early). Bounded: a release often happens because the store is down or
     // partitioned, and giving the message back must not wait for it. A count that cannot be
     // taken back costs the message one attempt, logged.
-    await settledWithin(this.uncount(delivery, event), UNCOUNT_WAIT_MS);
+    const takeBack = this.uncount(delivery, event);
+    // A release of stop()'s (its deadline, or a prefetched delivery) is part of the stop:
+    // stop() waits for its take-back too. One from before (a store outage) is not: that
+    // store may not answer for a long time, and the count costs one attempt at most.
+    if (this.state === 'stopping') {
+      this.takeBacks.add(takeBack);
+      void takeBack.finally(() => this.takeBacks.delete(takeBack));
+    }
+    await settledWithin(takeBack, UNCOUNT_WAIT_MS);
     if (await this.settle('release', delivery, () => delivery.release(), event)) this.emit('released', event);
   }
 
@@ -1012,12 +1090,16 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
     // Recorded before the call: a settlement that fails is logged and counted, and the
     // broker redelivers; releasing it on top would only add noise.
     (delivery as Marked)[SETTLED] = true;
+    // stop() gave up on it and closed the adapter: logged and counted then.
+    if ((delivery as Marked)[ABANDONED]) return false;
     try {
       await action();
       this.telemetry.settled(delivery, what, event);
       return true;
     } catch (error) {
       this.telemetry.settled(delivery, what, event, error);
+      // Sent before stop() gave up on it, failed after: counted once, then.
+      if ((delivery as Marked)[ABANDONED]) return false;
       this.log.warn(`${what} failed`, { ...event, error });
       this.emit('ackFailed', { ...event, error });
       return false;

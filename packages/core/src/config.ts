@@ -25,6 +25,7 @@ export const CONSUMER_DEFAULTS = {
   leaseMs: 30_000,
   outageHoldMs: 60_000,
   stopTimeoutMs: 30_000,
+  stopGraceMs: 5_000,
   onPayloadMismatch: 'skip',
 } as const;
 
@@ -51,6 +52,7 @@ const KNOWN_FIELDS = new Set([
   'leaseMs',
   'outageHoldMs',
   'stopTimeoutMs',
+  'stopGraceMs',
   'batch',
   'payloadFingerprint',
   'onPayloadMismatch',
@@ -164,6 +166,7 @@ function validateSerializable(config: Record<string, unknown>, label: (field: st
   integer(config.leaseMs, 100, 24 * 3600_000, label('leaseMs'));
   integer(config.outageHoldMs, 0, 24 * 3600_000, label('outageHoldMs'));
   integer(config.stopTimeoutMs, 0, 24 * 3600_000, label('stopTimeoutMs'));
+  integer(config.stopGraceMs, 0, 24 * 3600_000, label('stopGraceMs'));
   if (config.mode !== undefined) oneOf(config.mode, MODES, label('mode'));
   const batch = config.batch as Record<string, unknown> | undefined;
   if (batch !== undefined) {
@@ -301,6 +304,7 @@ const ENV_FIELDS: Record<string, { field: string; kind: 'string' | 'number' | 'b
   ONCELY_LEASE_MS: { field: 'leaseMs', kind: 'number' },
   ONCELY_OUTAGE_HOLD_MS: { field: 'outageHoldMs', kind: 'number' },
   ONCELY_STOP_TIMEOUT_MS: { field: 'stopTimeoutMs', kind: 'number' },
+  ONCELY_STOP_GRACE_MS: { field: 'stopGraceMs', kind: 'number' },
   ONCELY_BODY_FORMAT: { field: 'bodyFormat', kind: 'string' },
   ONCELY_BACKOFF_INITIAL_MS: { field: 'backoff.initialMs', kind: 'number' },
   ONCELY_BACKOFF_MAX_MS: { field: 'backoff.maxMs', kind: 'number' },

@@ -168,7 +168,10 @@ const COUNTERS: Partial<Record<ConsumerEventName, [name: string, description: st
   deadLettered: ['oncely.messages.dead_lettered', 'Messages sent to the dead-letter destination'],
   released: ['oncely.messages.released', 'Deliveries given back without counting an attempt'],
   leaseLost: ['oncely.leases.lost', 'Leases lost while a handler ran'],
-  ackFailed: ['oncely.settlements.failed', 'Acks (or other settlements) that failed after the decision'],
+  ackFailed: [
+    'oncely.settlements.failed',
+    "Acks (or other settlements) that failed after the decision, or were still pending when stop()'s grace ran out",
+  ],
   takeover: ['oncely.leases.taken_over', 'Expired leased-mode claims taken over'],
   storeUnavailable: ['oncely.store.unavailable', 'Times the store became unavailable (fail closed)'],
 };

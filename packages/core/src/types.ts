@@ -656,6 +656,16 @@ export interface ConsumerConfig<TBody = unknown, Tx = SqlClient> {
   /** `stop()` waits this long for in-flight handlers before aborting their signals. @default 30000 */
   stopTimeoutMs?: number;
   /**
+   * After `stopTimeoutMs` aborted the handlers still running, `stop()` waits up to this
+   * long more for their deliveries to settle (the rollback, the take-back of the run's
+   * attempt count, the broker release) before it closes the adapter and resolves. Not
+   * shortened by a short `stopTimeoutMs`: a release cut short leaves its message
+   * invisible until its lease lapses. A delivery still unsettled then is logged with its
+   * message ID and counted (`ackFailed`); the broker redelivers it after its lease.
+   * @default 5000
+   */
+  stopGraceMs?: number;
+  /**
    * The fast path: up to `size` messages in flight are claimed in one statement and run
    * in one transaction, all settled after the one commit. If a handler throws, the batch
    * runs again with each handler under its own savepoint (the failing one rolls back

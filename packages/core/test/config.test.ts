@@ -43,6 +43,8 @@ describe('validateConsumerConfig', () => {
     [{ maxAttempts: -1 }, 'maxAttempts'],
     [{ mode: 'exactly-once' }, 'mode'],
     [{ handlerTimeoutMs: '30s' }, 'handlerTimeoutMs'],
+    [{ stopGraceMs: -1 }, 'stopGraceMs'],
+    [{ stopGraceMs: 1.5 }, 'stopGraceMs'],
     [{ backoff: { initialMs: 5000, maxMs: 10 } }, 'backoff.maxMs'],
     [{ backoff: { jitter: 3 } }, 'backoff.jitter'],
     [{ idStrategy: { attribute: '' } }, 'idStrategy'],
@@ -79,11 +81,13 @@ describe('loadConfig', () => {
         ONCELY_BROKER_QUEUE_URL: 'http://localhost/q',
         ONCELY_BROKER_WAIT_TIME_SECONDS: '5',
         ONCELY_BACKOFF_INITIAL_MS: '200',
+        ONCELY_STOP_GRACE_MS: '15000',
       },
     });
     expect(config).toEqual({
       name: 'orders',
       concurrency: 8,
+      stopGraceMs: 15_000,
       idStrategy: { attribute: 'x-id' },
       broker: { type: 'sqs', queueUrl: 'http://localhost/q', waitTimeSeconds: 5 },
       backoff: { initialMs: 200 },

@@ -25,7 +25,7 @@ import { testBrokers } from './support/kafka.js';
 const brokers = testBrokers();
 const MAX_BATCH = 8;
 /** Every scenario conformance.test.ts runs but 12 and 13 (see above). */
-const APPLICABLE = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 17, 18];
+const APPLICABLE = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 17, 18, 19];
 
 /** The Kafka adapter module, its adapters started with `runtime.batchSize` set. */
 const batchingAdapter: AdapterModule = {

@@ -53,6 +53,7 @@ export interface ScenarioConsumerOptions {
   handlerTimeoutMs?: number;
   outageHoldMs?: number;
   stopTimeoutMs?: number;
+  stopGraceMs?: number;
   /** Another store (the one behind the TCP proxy). @default the run's store */
   store?: IdempotencyStore<SqlClient>;
   brokerOverrides?: Record<string, unknown>;
@@ -76,6 +77,17 @@ class ProbeRollback extends Error {
 }
 
 const MAX_LOG_LINES = 400;
+
+/**
+ * The label of {@link ScenarioRun.waitForEffects} for `count` IDs: how its timeout's
+ * message starts (a planted defect that loses messages names it as its symptom).
+ */
+export function effectsWait(count: number): string {
+  return `an effect for each of ${count} messages`;
+}
+
+/** The label of {@link ScenarioRun.waitForBacklogZero}: how its timeout's message starts. */
+export const BACKLOG_ZERO_WAIT = 'backlog 0 (every message settled at the broker)';
 
 /**
  * One scenario's world: its broker destination, its effect table, the consumers it
@@ -212,7 +224,7 @@ export class ScenarioRun {
     } catch (error) {
       if (!(error instanceof WaitTimeoutError)) throw error;
       throw new WaitTimeoutError(
-        `an effect for each of ${ids.length} messages: ${missing.length} still missing (${missing.slice(0, 5).join(', ')}…); events: ${this.spy.summary()}`,
+        `${effectsWait(ids.length)}: ${missing.length} still missing (${missing.slice(0, 5).join(', ')}…); events: ${this.spy.summary()}`,
         timeoutMs,
       );
     }
@@ -247,7 +259,7 @@ export class ScenarioRun {
     await waitFor(async () => (await this.knownBacklog()) === 0, {
       timeoutMs,
       intervalMs: 100,
-      description: 'backlog 0 (every message settled at the broker)',
+      description: BACKLOG_ZERO_WAIT,
     });
   }
 
@@ -308,6 +320,7 @@ export class ScenarioRun {
     };
     if (options.leaseRenewal !== undefined) config.leaseRenewal = options.leaseRenewal;
     if (options.outageHoldMs !== undefined) config.outageHoldMs = options.outageHoldMs;
+    if (options.stopGraceMs !== undefined) config.stopGraceMs = options.stopGraceMs;
     if (harness.idStrategy !== undefined) config.idStrategy = harness.idStrategy;
     const inner = adapterModule.createAdapter(brokerConfig, {
       consumerName: this.consumerName,

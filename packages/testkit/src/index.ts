@@ -1,6 +1,6 @@
 // Explicit exports only (no `export *`). Each file's owner adds its own lines.
 
-export type { AdapterConformanceOptions, MustFailOutcome } from './adapterConformance.js';
+export type { AdapterConformanceOptions, MustFailOutcome, Symptom } from './adapterConformance.js';
 export { runAdapterConformance } from './adapterConformance.js';
 export type { ChildPlan, ChildReport, CrashPoint } from './childProtocol.js';
 export type { CrashingChild } from './crashingChild.js';
