@@ -71,6 +71,7 @@ export class HttpIdempotency {
   private readonly header: string;
   private readonly required: boolean;
   private readonly maxKeyLength: number;
+  private readonly bareKeys: boolean;
   private readonly scopeOf: (request: IdempotentRequest) => string | Promise<string>;
   private readonly fingerprintOf: (request: IdempotentRequest) => string;
   private readonly keyContext: KeyContext;
@@ -107,6 +108,8 @@ export class HttpIdempotency {
     this.header = (options.header ?? 'Idempotency-Key').toLowerCase();
     this.required = options.required ?? true;
     this.maxKeyLength = positiveInteger('maxKeyLength', options.maxKeyLength ?? 255);
+    this.bareKeys = options.bareKeys ?? true;
+    if (typeof this.bareKeys !== 'boolean') throw new ConfigError('bareKeys', 'must be a boolean');
     this.fingerprintOf =
       options.fingerprint ??
       ((request) => requestFingerprint({ method: request.method, url: request.url, body: request.body }));
@@ -187,7 +190,10 @@ export class HttpIdempotency {
    */
   async decide(request: IdempotentRequest): Promise<IdempotencyDecision> {
     if (!this.methods.has(request.method.toUpperCase())) return { kind: 'bypass' };
-    const parsed = parseIdempotencyKey(request.headers[this.header], { maxLength: this.maxKeyLength });
+    const parsed = parseIdempotencyKey(request.headers[this.header], {
+      maxLength: this.maxKeyLength,
+      bareKeys: this.bareKeys,
+    });
     if (parsed.kind === 'missing') {
       if (!this.required) return { kind: 'bypass' };
       return respond(this.problems.answer('missing', `This operation requires the ${this.header} header.`));

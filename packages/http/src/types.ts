@@ -67,8 +67,15 @@ export interface HttpIdempotencyOptions {
   scope?: (request: IdempotentRequest) => string | Promise<string>;
   /** Reject (400) a covered request without a key. When false, such requests run unprotected. @default true */
   required?: boolean;
-  /** Longest accepted key. @default 255 */
+  /** Longest accepted key (after decoding). @default 255 */
   maxKeyLength?: number;
+  /**
+   * Accept the key bare (`Idempotency-Key: abc`, as Stripe's clients send it) besides the
+   * draft's sf-string (`"abc"`); both are the same key. A bare key is visible ASCII without
+   * spaces, commas, semicolons, quotes or backslashes. `false`: the draft's grammar only.
+   * @default true
+   */
+  bareKeys?: boolean;
   /**
    * The request's fingerprint: a retry with the same key and another fingerprint gets 422.
    * @default SHA-256 of method, path (no query) and the body (parsed bodies with sorted keys)
