@@ -92,7 +92,7 @@ export class HttpIdempotency {
       );
     }
     this.store = store;
-    this.scopeOf = options.scope ?? (() => '');
+    this.scopeOf = scopeFunction(options.scope);
     this.mode = options.mode ?? 'transactional';
     if (this.mode !== 'transactional' && this.mode !== 'leased') {
       throw new ConfigError('mode', `must be 'transactional' or 'leased'; got ${JSON.stringify(this.mode)}`);
@@ -122,7 +122,7 @@ export class HttpIdempotency {
     );
     this.maxBodyBytes = positiveInteger('maxBodyBytes', options.maxBodyBytes ?? 1_048_576);
     this.maxResponseBytes = positiveInteger('maxResponseBytes', options.maxResponseBytes ?? 8_388_608);
-    this.problems = new Problems(undefined);
+    this.problems = new Problems(documentationUrl(options.documentationUrl));
     this.log = toLogger(options.logger ?? stderrLogger);
     this.keyContext = {
       store,
@@ -288,6 +288,26 @@ export class HttpIdempotency {
     }
     return this.migrated;
   }
+}
+
+/** `scope` as a function; a string is the same scope for every request. */
+function scopeFunction(
+  scope: HttpIdempotencyOptions['scope'] | undefined,
+): (request: IdempotentRequest) => string | Promise<string> {
+  if (typeof scope === 'function') return scope;
+  if (typeof scope === 'string') return () => scope;
+  throw new ConfigError(
+    'scope',
+    "is required: (req) => the client's stable identity (account or API key ID), so that two clients never share a key; or a fixed string to share one scope across all requests ('' is the scope keys had before scope was required)",
+  );
+}
+
+function documentationUrl(url: string | undefined): string | undefined {
+  if (url === undefined) return undefined;
+  if (typeof url !== 'string' || !URL.canParse(url)) {
+    throw new ConfigError('documentationUrl', `must be an absolute URL; got ${JSON.stringify(url)}`);
+  }
+  return url;
 }
 
 function pickHeaders(

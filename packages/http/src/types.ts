@@ -46,6 +46,17 @@ export interface HttpIdempotencyOptions {
   /** The Oncely store (a `PostgresStore` on `pg` or PGlite). Its `transaction()` runs every statement. */
   store: IdempotencyStore<SqlClient>;
   /**
+   * Whose keys these are: two requests share a key only within one scope. A function of the
+   * request returns the client or tenant it comes from (account ID, API key ID: a stable
+   * identity, not a bearer token that is refreshed between a request and its retry); throw
+   * or return a non-string to refuse the request (a 500, logged). A string is one fixed
+   * scope for every request: choose it only when the API has a single client, or keys are
+   * unique across clients (`''` is the scope of keys stored before scope was required).
+   * Required: with one shared scope, two clients that pick the same key see each other's
+   * responses (the draft's security considerations ask for a composite key).
+   */
+  scope: string | ((request: IdempotentRequest) => string | Promise<string>);
+  /**
    * `'transactional'`: the handler runs inside the key's transaction and writes through
    * `req.tx`; its writes and the stored response commit together or not at all.
    * `'leased'`: the key is claimed `in_progress` with a database-time deadline, renewed
@@ -58,13 +69,6 @@ export interface HttpIdempotencyOptions {
   methods?: readonly string[];
   /** Request header carrying the key (case-insensitive). @default 'Idempotency-Key' */
   header?: string;
-  /**
-   * The client or tenant the key belongs to: two clients sending the same key never see
-   * each other's responses. Return a stable string (account ID, API key ID); throw or
-   * return a non-string to refuse the request (500 is logged as a configuration error).
-   * @default every request shares one scope ('')
-   */
-  scope?: (request: IdempotentRequest) => string | Promise<string>;
   /** Reject (400) a covered request without a key. When false, such requests run unprotected. @default true */
   required?: boolean;
   /** Longest accepted key (after decoding). @default 255 */
@@ -78,7 +82,7 @@ export interface HttpIdempotencyOptions {
   bareKeys?: boolean;
   /**
    * The request's fingerprint: a retry with the same key and another fingerprint gets 422.
-   * @default SHA-256 of method, path (no query) and the body (parsed bodies with sorted keys)
+   * @default SHA-256 of method, path, query string (parameters sorted) and body (parsed bodies with sorted keys)
    */
   fingerprint?: (request: IdempotentRequest) => string;
   /** How long a key and its stored response are kept (and replayed). @default 86_400_000 (24 h) */
@@ -112,6 +116,13 @@ export interface HttpIdempotencyOptions {
    * @default 8_388_608 (8 MiB)
    */
   maxResponseBytes?: number;
+  /**
+   * Where your API documents its idempotency policy (the draft: the resource server MUST
+   * publish it). Problem answers then carry `type: <documentationUrl>#<problem>` and a
+   * `Link: <documentationUrl>; rel="describedby"` header.
+   * @default none: `type` is `about:blank`
+   */
+  documentationUrl?: string;
   /** Schema of this package's table. @default the store's `schema`, else 'oncely' */
   schema?: string;
   /** Node http wrapper and Express without a body parser: the largest body read (413 beyond). @default 1_048_576 */
