@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { HttpIdempotencyError, handlerTimedOut } from './errors.js';
 import type { KeyContext, KeyRequest, KeyRow } from './keyContext.js';
 import { deferred, replay, respond } from './keyContext.js';
 import type { IdempotencyDecision, StoredResponse } from './types.js';
@@ -42,7 +43,12 @@ export async function decideLeased(
         .then(
           (result) => {
             if (result.rows.length === 0 && !stop.signal.aborted)
-              stop.abort(new Error('the idempotency key was taken over'));
+              stop.abort(
+                new HttpIdempotencyError(
+                  'HTTP_CLAIM_LOST',
+                  'the idempotency key was taken over by another request',
+                ),
+              );
           },
           (error) => ctx.log.warn('oncely/http: renewing a key claim failed', { error, key }),
         );
@@ -51,17 +57,27 @@ export async function decideLeased(
   );
   renewal.unref();
   const answer = deferred<StoredResponse>();
-  // Past the budget the client is answered; the claim is left to expire (the handler may
-  // still be running, so a retry must not run it again before the deadline).
+  let timedOut = false;
+  // Past the budget the client is answered and the claim left to expire, as a crashed
+  // request's: the handler may still be running, so a retry must not run it again before
+  // the deadline, and its late response (its client already has the 504) is not stored.
   const timer = setTimeout(() => {
+    timedOut = true;
     clearInterval(renewal);
-    stop.abort(new Error('the request handler ran past handlerTimeoutMs'));
+    stop.abort(handlerTimedOut());
     answer.resolve(ctx.problems.timedOut());
   }, ctx.handlerTimeoutMs);
   let finishing: Promise<StoredResponse> | undefined;
   const settle = async (response: StoredResponse): Promise<StoredResponse> => {
     clearTimeout(timer);
     clearInterval(renewal);
+    if (timedOut) {
+      ctx.log.warn(
+        'oncely/http: a handler answered after handlerTimeoutMs; its response is not stored and the claim expires at its deadline',
+        { key },
+      );
+      return answer.promise;
+    }
     try {
       if (response.status >= 500 && !ctx.storeFailures) {
         await ctx.store.transaction((tx) => tx.query(q.release, [...keyArgs]));

@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Logger } from '@oncely/core';
+import { isOncelyError } from '@oncely/core';
 import { HttpIdempotencyError } from './errors.js';
 import type { Problems } from './problems.js';
 import type {
@@ -59,6 +60,7 @@ export async function serveServerResponse(
   req.tx = decision.tx;
   req.idempotency = { key: decision.key, scope: decision.scope, signal: decision.signal };
   const capture = new ResponseCapture(res, host.maxResponseBytes, {
+    timedOut: () => isOncelyError(decision.signal.reason, 'HTTP_HANDLER_TIMEOUT'),
     ended: (response) => void decision.finish(response),
     overflowed: () =>
       void decision.finish(
@@ -99,7 +101,12 @@ class ResponseCapture {
   constructor(
     private readonly res: ServerResponse,
     private readonly maxBytes: number,
-    private readonly on: { ended(response: StoredResponse): void; overflowed(): void },
+    private readonly on: {
+      /** True once the request is answered without the handler (its writes reach no one). */
+      timedOut(): boolean;
+      ended(response: StoredResponse): void;
+      overflowed(): void;
+    },
   ) {
     this.original = {
       writeHead: res.writeHead,
@@ -114,7 +121,7 @@ class ResponseCapture {
     };
     patched.write = (chunk: unknown, encoding?: unknown, callback?: unknown) => {
       const done = (typeof encoding === 'function' ? encoding : callback) as Callback | undefined;
-      if (this.ended) return this.late(done);
+      if (this.ended || this.on.timedOut()) return this.late(done);
       this.push(chunk, encoding);
       if (done) queueMicrotask(() => done());
       return true;

@@ -1,5 +1,5 @@
 import type { SqlClient } from '@oncely/core';
-import { HttpIdempotencyError } from './errors.js';
+import { HttpIdempotencyError, handlerTimedOut } from './errors.js';
 import type { KeyContext, KeyRequest, KeyRow } from './keyContext.js';
 import { deferred, replay, respond } from './keyContext.js';
 import type { IdempotencyDecision, StoredResponse } from './types.js';
@@ -99,7 +99,7 @@ export function decideTransactional(
       // A handler that never answers must not hold the key's transaction (and a pooled
       // connection) forever, nor its client: past the budget it is settled as a 504.
       const timer = setTimeout(() => {
-        timedOut.abort(new Error('the request handler ran past handlerTimeoutMs'));
+        timedOut.abort(handlerTimedOut());
         outcome.resolve(ctx.problems.timedOut());
       }, ctx.handlerTimeoutMs);
       const response = await outcome.promise.finally(() => {

@@ -106,7 +106,7 @@ export interface HttpIdempotencyOptions {
    * the transaction ends, and later statements on `req.tx` are refused; keep it below the
    * store's `idleInTransactionTimeoutMs`. Leased mode: the claim is no longer renewed; it
    * stays in progress until its deadline (the handler may still be running), then a retry
-   * takes it over; a late response is stored only while the claim is still this request's.
+   * takes it over, as after a crash; the handler's late response is not stored.
    * @default 30000
    */
   handlerTimeoutMs?: number;
@@ -177,7 +177,10 @@ export type IdempotencyDecision =
 export interface IdempotencyInfo {
   key: string;
   scope: string;
-  /** Aborts when `handlerTimeoutMs` passed, or (leased mode) the claim was taken over. */
+  /**
+   * Aborts when `handlerTimeoutMs` passed (`reason.code` `HTTP_HANDLER_TIMEOUT`), or (leased
+   * mode) the claim was taken over (`HTTP_CLAIM_LOST`).
+   */
   signal: AbortSignal;
 }
 
