@@ -54,8 +54,8 @@ function answer(res, id) {
 /** The servers, all on one store (pool sized for the largest level plus the middleware's own work). */
 async function startServers(store) {
   const insert = (tx, id) => tx.query(`INSERT INTO "${schema}".orders (id) VALUES ($1)`, [id]);
-  const transactional = new HttpIdempotency({ store });
-  const leased = new HttpIdempotency({ store, mode: 'leased' });
+  const transactional = new HttpIdempotency({ store, scope: 'bench' });
+  const leased = new HttpIdempotency({ store, mode: 'leased', scope: 'bench' });
   await transactional.migrate();
   const handlers = {
     bare: (req, res) => {

@@ -116,4 +116,60 @@ describe('processBatchOnce', () => {
       'processed',
     );
   });
+
+  it('stopStarting: the items not started when it aborts are released, what ran commits', async () => {
+    const stop = new AbortController();
+    const results = await processBatchOnce(
+      store,
+      'c',
+      ['s-1', 's-2', 's-3', 's-4'].map((id) => ({
+        messageId: id,
+        work: async (tx: SqlClient) => {
+          await insert(id)(tx);
+          // Time runs out while s-2 runs: it finishes, s-3 and s-4 do not start.
+          if (id === 's-2') stop.abort();
+          return id;
+        },
+      })),
+      { stopStarting: stop.signal },
+    );
+    expect(results.map((r) => r.status)).toEqual(['processed', 'processed', 'released', 'released']);
+    expect(Object.fromEntries(await effects('s-'))).toEqual({ 's-1': 1, 's-2': 1 });
+    // A released item left no marker: its retry runs.
+    expect((await processOnce(store, { consumer: 'c', messageId: 's-3' }, insert('s-3'))).status).toBe(
+      'processed',
+    );
+  });
+
+  it('stopStarting: an item that fails after it aborted fails alone; the ones that ran are not run again', async () => {
+    const stop = new AbortController();
+    const runs = new Map<string, number>();
+    const results = await processBatchOnce(
+      store,
+      'c',
+      ['t-1', 't-2', 't-3'].map((id) => ({
+        messageId: id,
+        work: async (tx: SqlClient) => {
+          runs.set(id, (runs.get(id) ?? 0) + 1);
+          await insert(id)(tx);
+          if (id === 't-2') {
+            // A handler that honours the deadline: told to stop, it throws.
+            stop.abort();
+            throw new Error('deadline');
+          }
+          return id;
+        },
+      })),
+      { stopStarting: stop.signal },
+    );
+    // t-1 ran in the rolled-back attempt; past the deadline it is not run again.
+    expect(results.map((r) => r.status)).toEqual(['released', 'failed', 'released']);
+    expect(Object.fromEntries(runs)).toEqual({ 't-1': 1, 't-2': 1 });
+    expect(await effects('t-')).toEqual(new Map());
+    for (const id of ['t-1', 't-2', 't-3']) {
+      expect((await processOnce(store, { consumer: 'c', messageId: id }, insert(id))).status).toBe(
+        'processed',
+      );
+    }
+  });
 });

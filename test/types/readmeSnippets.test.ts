@@ -22,6 +22,8 @@ function snippets(markdown: string): Array<{ line: number; source: string }> {
 describe.each([
   'README.md',
   'packages/core/README.md',
+  'packages/http/README.md',
+  'packages/lambda/README.md',
   'packages/memory/README.md',
   'packages/mysql/README.md',
   'docs/production.md',

@@ -53,6 +53,7 @@ export type {
   BatchItem,
   BatchItemResult,
   BatchMessage,
+  BatchOptions,
   OrderedBatchItemResult,
   ProcessOnceOptions,
   ProcessOnceResult,

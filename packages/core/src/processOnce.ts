@@ -144,13 +144,35 @@ export interface BatchItem<T, Tx = SqlClient> extends BatchMessage {
   work: (tx: Tx) => Promise<T>;
 }
 
+/**
+ * Options of {@link processBatchOnce}.
+ *
+ * @example
+ * ```ts
+ * const options: BatchOptions = { stopStarting: AbortSignal.timeout(5000) };
+ * ```
+ */
+export interface BatchOptions {
+  /**
+   * Once it aborts, no further item starts: the items not started come back `released`
+   * (their claims undone, nothing of them committed) and what ran commits as usual. An item
+   * already running is not interrupted by it. For callers with a deadline (a Lambda
+   * invocation): the batch commits what fits instead of rolling back as a whole. In the
+   * isolation pass (after an item failed) it applies the same way, so items that already
+   * ran are not run again once it has aborted.
+   * @default none (every item runs)
+   */
+  stopStarting?: AbortSignal;
+}
+
 /** Outcome of one batch item: like {@link ProcessOnceResult}, or `failed` with the item's error. */
 export type BatchItemResult<T> = ProcessOnceResult<T> | { status: 'failed'; error: unknown };
 
 /**
- * Outcome of one item of a batch with ordering groups: a {@link BatchItemResult}, or
- * `released`: not run (or rolled back) because an earlier item of its group failed;
- * nothing of it committed and it was no failure of its own.
+ * Outcome of one item of a batch with ordering groups or a `stopStarting` signal: a
+ * {@link BatchItemResult}, or `released`: not run (or rolled back) because an earlier item
+ * of its group failed, or not started before `stopStarting` aborted; nothing of it
+ * committed and it was no failure of its own.
  */
 export type OrderedBatchItemResult<T> = BatchItemResult<T> | { status: 'released' };
 
@@ -170,6 +192,11 @@ export type OrderedBatchItemResult<T> = BatchItemResult<T> | { status: 'released
  * Items with an `orderingGroup` keep prefix semantics: the items after a failing one in
  * its group do not run and come back `released` (their claims undone), so nothing of the
  * group commits ahead of the failed item's retry. Other groups are unaffected.
+ *
+ * With `options.stopStarting`, no item starts once that signal has aborted: the items not
+ * started come back `released` (claims undone) and what ran commits, so a caller with a
+ * deadline keeps the work that fitted. When an item fails after it aborted (a handler told
+ * to stop), the isolation pass does not run the earlier items again: they are released too.
  *
  * Errors the store classifies as transient or unavailable abort the whole batch (nothing
  * commits): transient ones are retried here, unavailable ones are thrown.
@@ -195,16 +222,22 @@ export async function processBatchOnce<T, Tx = SqlClient>(
   store: IdempotencyStore<Tx>,
   consumer: string,
   items: readonly BatchItem<T, Tx>[],
+  options?: BatchOptions,
 ): Promise<OrderedBatchItemResult<T>[]>;
 export async function processBatchOnce<T, Tx = SqlClient>(
   store: IdempotencyStore<Tx>,
   consumer: string,
   items: readonly BatchItem<T, Tx>[],
+  options: BatchOptions = {},
 ): Promise<OrderedBatchItemResult<T>[]> {
+  const { stopStarting } = options;
   return runBatchAttempts(store, consumer, items, {
+    stopStarting,
     together: async (fresh, tx) => {
       const results: T[] = [];
       for (const { item, index } of fresh) {
+        // The rest are not started: runBatch releases them.
+        if (stopStarting?.aborted) break;
         try {
           results.push(await item.work(tx));
         } catch (error) {
@@ -307,11 +340,14 @@ interface FreshItem<I> {
 interface BatchRunner<I, T, Tx> {
   /**
    * The savepoint-free attempt: every new item at once, in input order; one result per
-   * item. A throw rolls the attempt back (a {@link BatchItemFailed} names the item).
+   * item of a prefix of `fresh` (the items after it were not started: `stopStarting`). A
+   * throw rolls the attempt back (a {@link BatchItemFailed} names the item).
    */
   together(fresh: readonly FreshItem<I>[], tx: Tx): Promise<T[]>;
   /** The isolation pass: one item (runBatch puts it under its own savepoint). */
   alone(item: I, tx: Tx): Promise<T>;
+  /** {@link BatchOptions.stopStarting}: no item starts once it aborted. */
+  stopStarting?: AbortSignal;
 }
 
 /**
@@ -401,6 +437,12 @@ function runBatch<I extends BatchMessage, T, Tx>(
           fresh.push({ item, index });
           continue;
         }
+        if (knownFailure?.index !== index && runner.stopStarting?.aborted) {
+          // Out of time: not started (again); nothing of it commits.
+          released.push(item.messageId);
+          results[index] = { status: 'released' };
+          continue;
+        }
         try {
           if (knownFailure?.index === index) throw knownFailure.error;
           results[index] = {
@@ -417,8 +459,14 @@ function runBatch<I extends BatchMessage, T, Tx>(
       }
       if (fresh.length > 0) {
         const values = await runner.together(fresh, tx);
-        for (const [i, { index }] of fresh.entries())
-          results[index] = { status: 'processed', result: values[i] as T };
+        for (const [i, { item, index }] of fresh.entries()) {
+          if (i < values.length) {
+            results[index] = { status: 'processed', result: values[i] as T };
+          } else {
+            released.push(item.messageId);
+            results[index] = { status: 'released' };
+          }
+        }
       }
       if (released.length > 0) await store.unclaim(tx, consumer, released);
       // A repeat is a duplicate only of a copy that commits. When the first copy failed

@@ -49,21 +49,21 @@ const scenarios = {
     });
   }),
   transactional: http.createServer(
-    new HttpIdempotency({ store }).handler(async (req, res) => {
+    new HttpIdempotency({ store, scope: 'bench' }).handler(async (req, res) => {
       const id = randomUUID();
       await insert(req.tx, id);
       answer(res, id);
     }),
   ),
   leased: http.createServer(
-    new HttpIdempotency({ store, mode: 'leased' }).handler(async (_req, res) => {
+    new HttpIdempotency({ store, mode: 'leased', scope: 'bench' }).handler(async (_req, res) => {
       const id = randomUUID();
       await store.transaction((tx) => insert(tx, id));
       answer(res, id);
     }),
   ),
 };
-await new HttpIdempotency({ store }).migrate();
+await new HttpIdempotency({ store, scope: 'bench' }).migrate();
 const urls = {};
 for (const [name, server] of Object.entries(scenarios)) {
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -1,6 +1,9 @@
 export type { HttpIdempotencyErrorCode } from './errors.js';
 export { HttpIdempotencyError } from './errors.js';
 export { canonicalBody, requestFingerprint } from './fingerprint.js';
+export { HttpIdempotency } from './HttpIdempotency.js';
+export type { IdempotentFetchOptions } from './outbound.js';
+export { idempotencyKey, idempotentFetch } from './outbound.js';
 export type {
   FastifyInstanceLike,
   FastifyPluginLike,
@@ -12,7 +15,5 @@ export type {
   IdempotentIncomingMessage,
   IdempotentRequest,
   StoredResponse,
-} from './HttpIdempotency.js';
-export { HttpIdempotency, REPLAY_HEADER } from './HttpIdempotency.js';
-export type { IdempotentFetchOptions } from './outbound.js';
-export { idempotencyKey, idempotentFetch } from './outbound.js';
+} from './types.js';
+export { REPLAY_HEADER } from './types.js';

@@ -55,7 +55,7 @@ describe.skipIf(!hasPostgres)('a crash of the first request (real PostgreSQL, SI
   let store: PostgresStore;
   beforeAll(async () => {
     store = await openStore('postgres', schema);
-    await new HttpIdempotency({ store }).migrate();
+    await new HttpIdempotency({ store, scope: 'tests' }).migrate();
   });
   afterAll(async () => {
     await store?.close();
@@ -73,7 +73,7 @@ describe.skipIf(!hasPostgres)('a crash of the first request (real PostgreSQL, SI
     await kill(child);
     expect(await crashed).toBe('connection lost');
 
-    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs });
+    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs, scope: 'tests' });
     let runs = 0;
     const server = await startServer('express', idempotency, async () => {
       runs++;
@@ -107,7 +107,7 @@ describe.skipIf(!hasPostgres)('a crash of the first request (real PostgreSQL, SI
     await kill(child);
     await crashed;
 
-    const idempotency = new HttpIdempotency({ store });
+    const idempotency = new HttpIdempotency({ store, scope: 'tests' });
     let runs = 0;
     const server = await startServer('fastify', idempotency, async ({ tx }) => {
       runs++;

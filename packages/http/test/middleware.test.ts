@@ -183,7 +183,7 @@ describe.each(stores)("on %s: failures: 'store' replays a stored 5xx", (storeKin
 
   it.each(['transactional', 'leased'] as const)('%s mode', async (mode) => {
     store ??= await openStore(storeKind, schema);
-    const idempotency = new HttpIdempotency({ store, mode, failures: 'store' });
+    const idempotency = new HttpIdempotency({ store, mode, failures: 'store', scope: 'tests' });
     let runs = 0;
     const server = await startServer('express', idempotency, async ({ tx }) => {
       runs++;
@@ -225,7 +225,7 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
     it.each(['transactional', 'leased'] as const)(
       '%s: concurrent identical requests run once; the others get 409 while it runs, then a replay',
       async (mode) => {
-        const idempotency = new HttpIdempotency({ store, mode });
+        const idempotency = new HttpIdempotency({ store, mode, scope: 'tests' });
         const first = gate();
         let runs = 0;
         const key = `${framework}-${mode}`;
@@ -270,7 +270,7 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
   });
 
   it('a burst of 20 identical requests at once executes the handler exactly once', async () => {
-    const idempotency = new HttpIdempotency({ store });
+    const idempotency = new HttpIdempotency({ store, scope: 'tests' });
     let runs = 0;
     const server = await startServer('node', idempotency, async ({ tx }) => {
       runs++;
@@ -291,7 +291,7 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
   });
 
   it('never sends a success whose writes did not commit (a caught SQL error aborts the transaction)', async () => {
-    const idempotency = new HttpIdempotency({ store, logger: silent });
+    const idempotency = new HttpIdempotency({ store, logger: silent, scope: 'tests' });
     let runs = 0;
     const server = await startServer('express', idempotency, async ({ tx }) => {
       runs++;
@@ -313,7 +313,7 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
   });
 
   it('forgets a key after retention, and prune() deletes it', async () => {
-    const idempotency = new HttpIdempotency({ store, retentionMs: 2000 });
+    const idempotency = new HttpIdempotency({ store, retentionMs: 2000, scope: 'tests' });
     let runs = 0;
     const server = await startServer('node', idempotency, async () => {
       runs++;
@@ -344,7 +344,7 @@ describe.skipIf(!hasPostgres)('on the real PostgreSQL: concurrency', () => {
       connectionString: 'postgres://postgres@127.0.0.1:1/none',
       connectTimeoutMs: 500,
     });
-    const idempotency = new HttpIdempotency({ store: down, logger: silent });
+    const idempotency = new HttpIdempotency({ store: down, logger: silent, scope: 'tests' });
     let runs = 0;
     const server = await startServer('fastify', idempotency, async () => {
       runs++;
@@ -368,7 +368,7 @@ describe('a handler that never answers (transactional mode, PGlite)', () => {
   it('is settled as a 504 after handlerTimeoutMs, its writes rolled back, and the key free for a retry', async () => {
     const schema = uniqueSchema('http_timeout');
     const store = await openStore('pglite', schema);
-    const idempotency = new HttpIdempotency({ store, handlerTimeoutMs: 200 });
+    const idempotency = new HttpIdempotency({ store, handlerTimeoutMs: 200, scope: 'tests' });
     let runs = 0;
     let lateError: unknown;
     const server = await startServer('express', idempotency, async ({ tx }) => {
@@ -405,7 +405,7 @@ describe.skipIf(!hasPostgres)('leased mode renews the claim while the handler ru
   it('a handler running past leaseMs keeps its key: a retry still gets 409, then the replay', async () => {
     const schema = uniqueSchema('http_renew');
     const store = await openStore('postgres', schema);
-    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs: 1000 });
+    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs: 1000, scope: 'tests' });
     const first = gate();
     let runs = 0;
     const server = await startServer('fastify', idempotency, async () => {
@@ -441,7 +441,7 @@ describe('on PGlite (one connection): concurrent identical requests', () => {
     async (mode) => {
       const schema = uniqueSchema('http_pglite_race');
       const store = await openStore('pglite', schema);
-      const idempotency = new HttpIdempotency({ store, mode });
+      const idempotency = new HttpIdempotency({ store, mode, scope: 'tests' });
       const first = gate();
       let runs = 0;
       const server = await startServer('express', idempotency, async ({ tx }) => {

@@ -24,15 +24,19 @@ describe('idempotentFetch against a server running @oncely/http (PGlite)', () =>
 
   beforeAll(async () => {
     store = await openStore('pglite', schema);
-    server = await startServer('node', new HttpIdempotency({ store }), async ({ headers }) => {
-      seen.push(String(headers['idempotency-key']));
-      runs++;
-      if (failuresLeft > 0) {
-        failuresLeft--;
-        return { status: 503, body: { error: 'busy' } };
-      }
-      return { status: 201, body: { charged: true } };
-    });
+    server = await startServer(
+      'node',
+      new HttpIdempotency({ store, scope: 'tests' }),
+      async ({ headers }) => {
+        seen.push(String(headers['idempotency-key']));
+        runs++;
+        if (failuresLeft > 0) {
+          failuresLeft--;
+          return { status: 503, body: { error: 'busy' } };
+        }
+        return { status: 201, body: { charged: true } };
+      },
+    );
   });
   afterAll(async () => {
     await server?.close();

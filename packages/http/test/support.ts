@@ -118,6 +118,11 @@ export async function startServer(
       }),
     );
   }
+  return listen(server);
+}
+
+/** Listens on an ephemeral port of 127.0.0.1; `close` drops open connections first. */
+export async function listen(server: http.Server): Promise<RunningServer> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   return {
@@ -149,4 +154,71 @@ export function gate(): { wait: Promise<void>; open(): void; entered: Promise<vo
     enter = resolve;
   });
   return { wait, open, entered, enter };
+}
+
+/** What a raw HTTP exchange ended in: a response, the server closing the socket, or nothing in time. */
+export type RawOutcome =
+  | { kind: 'response'; status: number; headers: http.IncomingHttpHeaders; body: string }
+  | { kind: 'closed' }
+  | { kind: 'no-response' };
+
+/**
+ * One request on its own connection through node:http, so a test can send a header field
+ * twice (an array value is sent as two field lines), disconnect mid-request (`disconnect`
+ * resolves), and bound the wait (`waitMs`: an outer limit, not an assertion on speed).
+ */
+export function rawRequest(
+  url: string,
+  options: {
+    method?: string;
+    path?: string;
+    headers?: http.OutgoingHttpHeaders;
+    body?: string | Buffer;
+    waitMs?: number;
+    disconnect?: Promise<unknown>;
+  } = {},
+): Promise<RawOutcome> {
+  const target = new URL(options.path ?? '/orders', url);
+  return new Promise<RawOutcome>((resolve) => {
+    let settled = false;
+    const done = (outcome: RawOutcome) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(outcome);
+    };
+    const req = http.request(
+      target,
+      { method: options.method ?? 'POST', headers: options.headers, agent: false },
+      (res) => {
+        answered = true;
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () =>
+          done({
+            kind: 'response',
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: Buffer.concat(chunks).toString('utf8'),
+          }),
+        );
+        res.on('error', () => done({ kind: 'closed' }));
+        // Cut mid-body: the server closed the socket after the head.
+        res.on('close', () => {
+          if (!res.complete) done({ kind: 'closed' });
+        });
+      },
+    );
+    let answered = false;
+    const timer = setTimeout(() => {
+      done({ kind: 'no-response' });
+      req.destroy();
+    }, options.waitMs ?? 30_000);
+    req.on('error', () => done({ kind: 'closed' }));
+    req.on('close', () => {
+      if (!answered) done({ kind: 'closed' });
+    });
+    void options.disconnect?.then(() => req.destroy());
+    req.end(options.body);
+  });
 }

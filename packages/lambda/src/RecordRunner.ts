@@ -7,6 +7,7 @@ import type {
   IdStrategy,
   Logger,
   Message,
+  OrderedBatchItemResult,
   PayloadFingerprintOption,
   PayloadMismatch,
   SqlClient,
@@ -88,15 +89,16 @@ export interface LambdaContextLike {
 }
 
 /**
- * One record translated for the core, with the identifier the event source wants back.
+ * One record translated for the core, with the identifier the event source wants back in
+ * its partial batch response (SQS: the `messageId`; Kafka: `{ partition, offset }`).
  *
  * @example
  * ```ts
  * const prepared: PreparedRecord = prepareSqsRecord(event.Records[0]);
  * ```
  */
-export interface PreparedRecord {
-  itemIdentifier: string;
+export interface PreparedRecord<TIdentifier = string> {
+  itemIdentifier: TIdentifier;
   envelope: Envelope;
   /** Records with the same group key keep their order (FIFO group, Kafka partition). */
   group?: string;
@@ -137,21 +139,28 @@ export class RecordRunner<TBody> {
     this.log = toLogger(options.logger ?? stderrLogger);
   }
 
-  /** An abort signal for the invocation's deadline; `dispose` clears its timer. */
-  deadline(context: LambdaContextLike | undefined): { signal: AbortSignal; dispose(): void } {
+  /** The invocation's deadline: `signal` aborts `deadlineMarginMs` before Lambda's own. */
+  deadline(context: LambdaContextLike | undefined): InvocationDeadline {
     const controller = new AbortController();
     const remaining = context?.getRemainingTimeInMillis?.();
-    if (remaining === undefined) return { signal: controller.signal, dispose: () => {} };
+    if (remaining === undefined) {
+      return { signal: controller.signal, remainingMs: () => undefined, dispose: () => {} };
+    }
+    const abortAt = Date.now() + Math.max(0, remaining - this.marginMs);
     const timer = setTimeout(
       () => controller.abort(new Error('the Lambda invocation is about to time out')),
-      Math.max(0, remaining - this.marginMs),
+      abortAt - Date.now(),
     );
     timer.unref();
-    return { signal: controller.signal, dispose: () => clearTimeout(timer) };
+    return {
+      signal: controller.signal,
+      remainingMs: () => Math.max(0, abortAt - Date.now()),
+      dispose: () => clearTimeout(timer),
+    };
   }
 
   /** Resolves ID and body; `undefined` (logged) when the record cannot be processed safely. */
-  private toMessage(record: PreparedRecord): Message<TBody> | undefined {
+  private toMessage(record: PreparedRecord<unknown>): Message<TBody> | undefined {
     const id = resolveMessageId(this.idStrategy, record.envelope);
     if (id === undefined) {
       this.log.error(
@@ -187,7 +196,7 @@ export class RecordRunner<TBody> {
   }
 
   /** The record's payload fingerprint under `payloadFingerprint`; undefined when off. */
-  private fingerprint(record: PreparedRecord, message: Message<TBody>): string | undefined {
+  private fingerprint(record: PreparedRecord<unknown>, message: Message<TBody>): string | undefined {
     return fingerprintDelivery(this.options.payloadFingerprint, record.envelope, message);
   }
 
@@ -226,7 +235,7 @@ export class RecordRunner<TBody> {
   }
 
   /** Runs one record once (marker and effect in one transaction). Never rejects. */
-  async runOne(record: PreparedRecord, signal: AbortSignal): Promise<RecordOutcome> {
+  async runOne(record: PreparedRecord<unknown>, signal: AbortSignal): Promise<RecordOutcome> {
     const message = this.toMessage(record);
     if (!message) return 'failed';
     try {
@@ -261,44 +270,113 @@ export class RecordRunner<TBody> {
   }
 
   /**
-   * The fast path: every record in one transaction and one claim statement
+   * The fast path: the records in one transaction with one claim statement
    * (`processBatchOnce`); a failing record rolls back alone and is reported.
+   *
+   * Near the invocation's deadline the batch runs in rounds, so that what fits commits:
+   * a round stops starting records once half the time left before `ctx.signal` aborts
+   * has passed (counted from its first record) and commits what ran; the next round takes
+   * the rest. A batch that fits in half the time is one round, one transaction. A record
+   * still running when `ctx.signal` aborts loses at most its own round, never the rounds
+   * committed before it; what was not committed is reported and comes back.
    */
-  async runBatch(records: readonly PreparedRecord[], signal: AbortSignal): Promise<RecordOutcome[]> {
+  async runBatch(
+    records: readonly PreparedRecord<unknown>[],
+    deadline: InvocationDeadline,
+  ): Promise<RecordOutcome[]> {
     const messages = records.map((record) => this.toMessage(record));
-    const runnable = messages.flatMap((message, index) =>
-      message ? [{ message, index, fingerprint: this.fingerprint(records[index]!, message) }] : [],
-    );
-    const outcomes: RecordOutcome[] = messages.map(() => 'failed');
-    try {
-      const results = await processBatchOnce(
-        this.options.store,
-        this.options.name,
-        runnable.map(({ message, fingerprint }) => ({
-          messageId: message.id,
-          fingerprint,
-          work: (tx: SqlClient) => this.options.handler(message, this.context(message, tx, signal)),
-        })),
-      );
+    // Not runnable (no ID, undecodable): failed. Runnable but not committed: skipped (reported).
+    const outcomes: RecordOutcome[] = messages.map((message) => (message ? 'skipped' : 'failed'));
+    let pending = messages.flatMap((message, index) => (message ? [{ message, index }] : []));
+    while (pending.length > 0 && !deadline.signal.aborted) {
+      const round = new RoundCutoff(deadline);
+      let results: OrderedBatchItemResult<unknown>[];
+      try {
+        results = await processBatchOnce(
+          this.options.store,
+          this.options.name,
+          pending.map(({ message, index }) => ({
+            messageId: message.id,
+            fingerprint: this.fingerprint(records[index]!, message),
+            work: (tx: SqlClient) => {
+              round.started();
+              return this.options.handler(message, this.context(message, tx, deadline.signal));
+            },
+          })),
+          { stopStarting: round.signal },
+        );
+      } catch (error) {
+        // The round's transaction failed as a whole (store outage): nothing of it
+        // committed; it and the rest are reported for retry.
+        this.log.error('oncely/lambda: the batch transaction failed; its records are reported for retry', {
+          error,
+        });
+        break;
+      } finally {
+        round.dispose();
+      }
+      const notStarted: typeof pending = [];
       results.forEach((result, i) => {
-        outcomes[runnable[i]!.index] =
-          result.status === 'duplicate' && result.payloadMismatch
-            ? this.onMismatch(runnable[i]!.message, result.payloadMismatch)
-            : result.status;
-        if (result.status === 'failed') {
+        const { message, index } = pending[i]!;
+        if (result.status === 'released') notStarted.push(pending[i]!);
+        else if (result.status === 'duplicate' && result.payloadMismatch)
+          outcomes[index] = this.onMismatch(message, result.payloadMismatch);
+        else if (result.status === 'failed') {
           this.log.warn('oncely/lambda: record failed; reported for retry', {
             consumer: this.options.name,
-            messageId: runnable[i]!.message.id,
+            messageId: message.id,
             error: result.error,
           });
-        }
+          outcomes[index] = 'failed';
+        } else outcomes[index] = result.status;
       });
-    } catch (error) {
-      // The batch's transaction failed as a whole (store outage): every record is retried.
-      this.log.error('oncely/lambda: the batch transaction failed; every record reported for retry', {
-        error,
-      });
+      pending = notStarted;
     }
     return outcomes;
+  }
+}
+
+/**
+ * The invocation's deadline as the runner sees it.
+ *
+ * @example
+ * ```ts
+ * const deadline: InvocationDeadline = runner.deadline(context);
+ * ```
+ */
+export interface InvocationDeadline {
+  /** Aborts `deadlineMarginMs` before the invocation times out; handlers get it as `ctx.signal`. */
+  signal: AbortSignal;
+  /** Milliseconds until `signal` aborts; undefined when the context tells no deadline. */
+  remainingMs(): number | undefined;
+  dispose(): void;
+}
+
+/**
+ * When a batch round stops starting records: half the time left before the deadline's
+ * signal, counted from the round's first record (so every round starts at least one).
+ */
+class RoundCutoff {
+  private readonly controller = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private armed = false;
+
+  constructor(private readonly deadline: InvocationDeadline) {}
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  started(): void {
+    if (this.armed) return;
+    this.armed = true;
+    const remaining = this.deadline.remainingMs();
+    if (remaining === undefined) return;
+    this.timer = setTimeout(() => this.controller.abort(), Math.floor(remaining / 2));
+    this.timer.unref();
+  }
+
+  dispose(): void {
+    clearTimeout(this.timer);
   }
 }

@@ -39,7 +39,8 @@ export interface SqsEventLike {
 }
 
 /**
- * The partial batch response (`ReportBatchItemFailures`).
+ * The SQS partial batch response (`ReportBatchItemFailures`): the `messageId` of each
+ * record to retry.
  *
  * @example
  * ```ts
@@ -48,6 +49,37 @@ export interface SqsEventLike {
  */
 export interface BatchResponse {
   batchItemFailures: Array<{ itemIdentifier: string }>;
+}
+
+/**
+ * A record in the Kafka partial batch response: `partition` is the record's key in the
+ * event's `records` map (`<topic>-<partition>`), `offset` its offset. The shape the AWS
+ * Lambda documentation gives for MSK and self-managed Kafka event sources, as Powertools
+ * for AWS Lambda (Python) and the Rust runtime send it.
+ *
+ * @example
+ * ```ts
+ * const failed: KafkaItemIdentifier = { partition: 'orders-0', offset: 15 };
+ * ```
+ */
+export interface KafkaItemIdentifier {
+  partition: string;
+  offset: number;
+}
+
+/**
+ * The Kafka partial batch response (`ReportBatchItemFailures` on an MSK or self-managed
+ * Kafka event source mapping).
+ *
+ * @example
+ * ```ts
+ * const response: KafkaBatchResponse = {
+ *   batchItemFailures: [{ itemIdentifier: { partition: 'orders-0', offset: 15 } }],
+ * };
+ * ```
+ */
+export interface KafkaBatchResponse {
+  batchItemFailures: Array<{ itemIdentifier: KafkaItemIdentifier }>;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { BatchFailedError, InvalidEventError } from './errors.js';
-import type { BatchResponse, KafkaEventLike, KafkaRecordLike } from './events.js';
+import type { KafkaBatchResponse, KafkaEventLike, KafkaItemIdentifier, KafkaRecordLike } from './events.js';
 import type {
   LambdaContextLike,
   LambdaHandlerOptions,
@@ -21,9 +21,10 @@ export interface KafkaHandlerOptions<TBody = unknown> extends LambdaHandlerOptio
    * How failed records are reported. `'throw'`: the invocation fails with
    * {@link BatchFailedError} and Lambda retries the whole batch; records that committed are
    * skipped as duplicates on the retry (works with every event source mapping mode).
-   * `'report'`: returns `batchItemFailures` with `itemIdentifier` `${topic}-${partition}-${offset}`
-   * for each failed or not-run record (needs `ReportBatchItemFailures` on the mapping, which
-   * AWS offers for Kafka in provisioned mode).
+   * `'report'`: returns the Kafka partial batch response, `batchItemFailures` with
+   * `itemIdentifier: { partition: '<topic>-<partition>', offset }` for each failed or
+   * not-run record (needs `ReportBatchItemFailures` on the mapping, which AWS offers for
+   * Kafka in provisioned mode).
    * @default 'throw'
    */
   failureReport?: 'throw' | 'report';
@@ -48,7 +49,7 @@ export interface KafkaHandlerOptions<TBody = unknown> extends LambdaHandlerOptio
  */
 export function kafkaHandler<TBody = unknown>(
   options: KafkaHandlerOptions<TBody>,
-): (event: KafkaEventLike, context?: LambdaContextLike) => Promise<BatchResponse> {
+): (event: KafkaEventLike, context?: LambdaContextLike) => Promise<KafkaBatchResponse> {
   const runner = new RecordRunner(options, 'kafka');
   const report = options.failureReport ?? 'throw';
   return async (event, context) => {
@@ -79,7 +80,9 @@ export function kafkaHandler<TBody = unknown>(
       const failed = records
         .filter((_, i) => outcomes[i] !== 'processed' && outcomes[i] !== 'duplicate')
         .map((record) => record.itemIdentifier);
-      if (failed.length > 0 && report === 'throw') throw new BatchFailedError(failed);
+      if (failed.length > 0 && report === 'throw') {
+        throw new BatchFailedError(failed.map(({ partition, offset }) => `${partition}-${offset}`));
+      }
       return { batchItemFailures: failed.map((itemIdentifier) => ({ itemIdentifier })) };
     } finally {
       deadline.dispose();
@@ -95,16 +98,18 @@ export function kafkaHandler<TBody = unknown>(
  * const { envelope } = prepareKafkaRecord(event.records['orders-0'][0]);
  * ```
  */
-export function prepareKafkaRecord(record: KafkaRecordLike): PreparedRecord {
+export function prepareKafkaRecord(record: KafkaRecordLike): PreparedRecord<KafkaItemIdentifier> {
   const attributes: Record<string, string> = {};
   for (const header of record.headers ?? []) {
     for (const [name, bytes] of Object.entries(header))
       attributes[name] = Buffer.from(bytes).toString('utf8');
   }
   const offset = String(record.offset);
+  // The key of the record's list in the event's `records` map, as the mapping builds it.
+  const topicPartition = `${record.topic}-${record.partition}`;
   return {
-    itemIdentifier: `${record.topic}-${record.partition}-${offset}`,
-    group: `${record.topic}-${record.partition}`,
+    itemIdentifier: { partition: topicPartition, offset: Number(record.offset) },
+    group: topicPartition,
     envelope: {
       body: record.value === undefined || record.value === null ? '' : Buffer.from(record.value, 'base64'),
       attributes,

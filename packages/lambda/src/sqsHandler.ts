@@ -18,9 +18,12 @@ import { RecordRunner } from './RecordRunner.js';
  */
 export interface SqsHandlerOptions<TBody = unknown> extends LambdaHandlerOptions<TBody> {
   /**
-   * Standard queues: run the whole batch in one transaction with one claim statement,
-   * each record under its own savepoint when one fails (see `processBatchOnce`). FIFO
-   * queues always run record by record, to keep group order.
+   * Standard queues: run the batch in one transaction with one claim statement, each
+   * record under its own savepoint when one fails (see `processBatchOnce`). Near the
+   * invocation's deadline it runs in rounds that each commit what ran (a round stops
+   * starting records at half the time left before `ctx.signal` aborts), so what fits
+   * commits and only the rest is reported. FIFO queues always run record by record, to
+   * keep group order.
    * @default false
    */
   batch?: boolean;
@@ -68,7 +71,7 @@ export function sqsHandler<TBody = unknown>(
     try {
       let outcomes: RecordOutcome[];
       if (!fifo && options.batch && records.length > 1) {
-        outcomes = await runner.runBatch(records, deadline.signal);
+        outcomes = await runner.runBatch(records, deadline);
       } else {
         outcomes = [];
         const stoppedGroups = new Set<string>();

@@ -191,7 +191,7 @@ describe('kafkaHandler on MSK-shaped events (PGlite)', () => {
     await store?.close();
   });
 
-  it("failureReport: 'report' lists the failed record and the ones it held back, as topic-partition-offset", async () => {
+  it("failureReport: 'report' lists the failed record and the ones it held back as { partition, offset } (the Kafka partial batch response)", async () => {
     const seen: string[] = [];
     const fn = kafkaHandler({
       name: 'report',
@@ -211,9 +211,35 @@ describe('kafkaHandler on MSK-shaped events (PGlite)', () => {
       mskRecord('t', 1, 5, '{}', {}),
     ]);
     expect(await fn(event)).toEqual({
-      batchItemFailures: [{ itemIdentifier: 't-0-11' }, { itemIdentifier: 't-0-12' }],
+      batchItemFailures: [
+        { itemIdentifier: { partition: 't-0', offset: 11 } },
+        { itemIdentifier: { partition: 't-0', offset: 12 } },
+      ],
     });
     expect(seen).toEqual(['t/0/10', 't/1/5']);
+  });
+
+  it("failureReport: 'report' answers the documented JSON: itemIdentifier { partition: '<topic>-<partition>', offset }", async () => {
+    // The response syntax of the Kafka event source's partial batch response, as the AWS Lambda
+    // documentation (kafka-retry-configurations) gives it and as Powertools for AWS Lambda
+    // (Python, batch EventType.Kafka) and the Rust runtime (KafkaEventResponse) send it:
+    // the partition is the key of the event's records map, the offset a number.
+    const documented = JSON.parse(
+      '{ "batchItemFailures": [ { "itemIdentifier": { "partition": "mytopic-0", "offset": 15 } } ] }',
+    );
+    const fn = kafkaHandler({
+      name: 'report-documented',
+      store,
+      failureReport: 'report',
+      idStrategy: 'broker',
+      logger: silent,
+      handler: async () => {
+        throw new Error('fails');
+      },
+    });
+    const response = await fn(mskEvent([mskRecord('mytopic', 0, 15, '{}', {})]));
+    // What Lambda reads is the JSON the runtime serializes.
+    expect(JSON.parse(JSON.stringify(response))).toEqual(documented);
   });
 
   it('decodes base64 values and byte-array headers into the message', async () => {

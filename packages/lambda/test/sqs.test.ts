@@ -78,6 +78,67 @@ describe.skipIf(!hasPostgres)(
       },
     );
 
+    it('batch: true commits what fits before the invocation deadline and reports only the rest (a handler honouring ctx.signal)', async () => {
+      const prefix = 'deadline-';
+      const queue = await createQueue(sqs.client, false);
+      const ids = Array.from({ length: 10 }, (_, i) => `${prefix}${i}`);
+      await sendMessages(
+        sqs.client,
+        queue.url,
+        ids.map((id) => ({ id, body: { id } })),
+      );
+      const fn = sqsHandler({
+        name: 'deadline-batch',
+        store,
+        batch: true,
+        deadlineMarginMs: 1000,
+        logger: silent,
+        handler: async (message, ctx) => {
+          // 300 ms of work per record that stops as soon as ctx.signal says time is up.
+          ctx.signal.throwIfAborted();
+          await ctx.tx.query(`INSERT INTO "${schema}".effects (message_id) VALUES ($1)`, [message.id]);
+          await new Promise<void>((resolve, reject) => {
+            const timer = setTimeout(resolve, 300);
+            ctx.signal.addEventListener(
+              'abort',
+              () => {
+                clearTimeout(timer);
+                reject(ctx.signal.reason);
+              },
+              { once: true },
+            );
+          });
+        },
+      });
+      // A 3 s function timeout: ctx.signal aborts 2 s into each invocation, and the batch of
+      // 10 needs 3 s of work, so the deadline cuts every full batch.
+      const mapping = new SqsEventSourceMapping(sqs.client, queue, fn, 10, 3000);
+      const committedAfter: number[] = [];
+      // Ten invocations at most: each must commit something (before: 0 of 10 after 3).
+      while (committedAfter.at(-1) !== 10 && mapping.invocations.length < 10) {
+        if ((await mapping.pollOnce()) > 0) committedAfter.push(new Set(await effectsOf(prefix)).size);
+      }
+      expect(committedAfter[0]).toBeGreaterThan(0);
+      for (let i = 1; i < committedAfter.length; i++) {
+        expect(committedAfter[i]).toBeGreaterThan(committedAfter[i - 1]!);
+      }
+      expect(committedAfter.at(-1)).toBe(10);
+      // The deadline did cut a batch: something was reported back for retry.
+      expect(mapping.invocations.some((inv) => inv.response!.batchItemFailures.length > 0)).toBe(true);
+      // What an invocation did not report failed is committed: nothing is deleted unapplied.
+      const committed = new Set(await effectsOf(prefix));
+      for (const invocation of mapping.invocations) {
+        const reported = new Set(invocation.response!.batchItemFailures.map((f) => f.itemIdentifier));
+        for (const record of invocation.event.Records) {
+          if (!reported.has(record.messageId)) {
+            expect(committed).toContain(record.messageAttributes['message-id']!.stringValue);
+          }
+        }
+      }
+      // Each record's effect committed once.
+      expect((await effectsOf(prefix)).sort()).toEqual([...ids].sort());
+    });
+
     it('a crash between commit and return (the response is lost) leaves one effect per message', async () => {
       const prefix = 'crash-';
       const queue = await createQueue(sqs.client, false);

@@ -173,6 +173,8 @@ export class SqsEventSourceMapping {
       context: { getRemainingTimeInMillis(): number },
     ) => Promise<SQSBatchResponse>,
     private readonly batchSize = 10,
+    /** The function's configured timeout: each invocation's context counts down from it. */
+    private readonly timeoutMs = 30_000,
   ) {}
 
   /** One poll and invocation; returns how many records the batch had. */
@@ -193,7 +195,10 @@ export class SqsEventSourceMapping {
     this.invocations.push(invocation);
     let failed: Set<string>;
     try {
-      invocation.response = await this.fn(event, { getRemainingTimeInMillis: () => 30_000 });
+      const invokedAt = Date.now();
+      invocation.response = await this.fn(event, {
+        getRemainingTimeInMillis: () => Math.max(0, invokedAt + this.timeoutMs - Date.now()),
+      });
       failed = new Set((invocation.response?.batchItemFailures ?? []).map((f) => f.itemIdentifier));
     } catch (error) {
       invocation.error = error;
