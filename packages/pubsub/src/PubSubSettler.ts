@@ -1,6 +1,6 @@
 import type { Topic } from '@google-cloud/pubsub';
 import { BrokerMisconfiguredError, type DeadLetterReason, isOncelyError, type Logger } from '@oncely/core';
-import { deadLetterAttributes } from './deadLetterCopy.js';
+import { deadLetterAttributes, readDeadLetter } from './deadLetterCopy.js';
 import type { PubSubDelivery } from './PubSubDelivery.js';
 import { MAX_ACK_DEADLINE_SECONDS } from './pubsubConfig.js';
 import type { SettlementClient } from './SettlementClient.js';
@@ -115,23 +115,27 @@ export class PubSubSettler {
       );
     }
     const { message } = delivery;
-    await topic.publishMessage({
-      data: message.data,
-      // Within Pub/Sub's limits (100 attributes, 1,024 bytes a value), or the service
-      // would refuse the copy every time and the message would never leave.
-      attributes: deadLetterAttributes(
-        message.attributes ?? {},
-        {
-          reason,
-          detail,
-          sourceMessageId: message.id,
-          sourceSubscription: subscriptionName,
-          ...(message.orderingKey ? { orderingKey: message.orderingKey } : {}),
-        },
-        message.data.length,
-        this.context.idAttributes,
-      ),
-    });
+    // Within Pub/Sub's limits (100 attributes, 1,024 bytes a value, 10 MB a message), or
+    // the service would refuse the copy every time and the message would never leave.
+    const attributes = deadLetterAttributes(
+      message.attributes ?? {},
+      {
+        reason,
+        detail,
+        sourceMessageId: message.id,
+        sourceSubscription: subscriptionName,
+        ...(message.orderingKey ? { orderingKey: message.orderingKey } : {}),
+      },
+      message.data.length,
+      this.context.idAttributes,
+    );
+    if (readDeadLetter(attributes) === undefined) {
+      this.context.log.warn(
+        `pubsub: the dead-letter copy of message ${message.id} carries no reason: the original's data and attributes leave no room within Pub/Sub's limits (${reason}: ${detail})`,
+        { subscription: subscriptionName },
+      );
+    }
+    await topic.publishMessage({ data: message.data, attributes });
     stats.deadLettered++;
     await this.ack(delivery);
   }
