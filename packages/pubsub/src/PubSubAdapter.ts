@@ -177,6 +177,8 @@ export class PubSubAdapter implements BrokerAdapter {
       deadLetterTopic: () => this.deadLetterTopic,
       idAttributes: idAttributes(options.idStrategy),
       maxDeferred: () => this.maxDeferred,
+      outstandingCapacity: () =>
+        ((this.runtime?.concurrency ?? 1) + this.maxDeferred) * this.settings.maxStreams,
       get stats() {
         return stats;
       },
@@ -208,9 +210,14 @@ export class PubSubAdapter implements BrokerAdapter {
     return this.subscriptionFacts;
   }
 
-  /** Whether the stream receives, and how it ended last (see {@link PubSubAdapterHealth}). */
+  /** Whether the stream receives, how it ended last, and what waits at the service (see {@link PubSubAdapterHealth}). */
   get health(): PubSubAdapterHealth {
-    return this.stream?.health ?? { receiving: false, reopening: false, streamEnds: 0 };
+    return {
+      ...(this.stream?.health ?? { receiving: false, reopening: false, streamEnds: 0 }),
+      deferred: this.settler.deferredCount,
+      parked: this.settler.parkedCount,
+      stalled: this.settler.stalled,
+    };
   }
 
   async start(runtime: AdapterRuntime): Promise<void> {

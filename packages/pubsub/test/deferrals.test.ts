@@ -4,7 +4,7 @@ import type { PubSubEmulator } from '@oncely/emulators/pubsub';
 import { createAdapter, publishWithId } from '@oncely/pubsub';
 import { waitFor } from '@oncely/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adapterFixture, unique } from './fixture.js';
+import { adapterFixture, recordingLogger, unique } from './fixture.js';
 import { adminClient, postgresAvailable, startEmulator } from './support.js';
 
 // A message waiting out a retry backoff (no retry policy: its ack deadline is set to the
@@ -74,6 +74,53 @@ describe.skipIf(!hasPostgres)('messages waiting out a backoff or parked, concurr
       });
       // Before the failing message's second attempt, i.e. within one backoff step.
       expect(events.count('received', 'failing')).toBe(1);
+    } finally {
+      await fixture.drop();
+    }
+  }, 120_000);
+
+  // More poison messages than the reserve and the handler slots, and no dead-letter
+  // topic: every place the service may fill is held by a parked message, each comes back
+  // after 600 s as poison as it went and is parked again, so the consumer receives
+  // nothing new for good. The README promised that healthy messages wait "until their
+  // deadlines pass", and the adapter's health said receiving: true. Nothing can free the
+  // consumer but a dead-letter topic: it must at least say so, loudly and in its health.
+  it('a poison flood with no dead-letter topic: health says stalled, an error says why, nothing is lost', async () => {
+    const fixture = await adapterFixture(pubsub, emulator, 'poison-flood');
+    const log = recordingLogger();
+    const { consumer, adapter, events } = fixture.consumer({
+      concurrency: 1,
+      maxAttempts: 1,
+      logger: log,
+      handler: async (message) => {
+        if (message.id !== 'healthy') throw new Error('poison');
+      },
+    });
+    const view = () => emulator.inspectSubscription(fixture.subscriptionName)!;
+    try {
+      await consumer.start();
+      for (let i = 0; i < 100; i += 10) {
+        await Promise.all(
+          Array.from({ length: 10 }, (_, j) =>
+            publishWithId(fixture.topic, { id: `poison-${i + j}`, body: {} }),
+          ),
+        );
+      }
+      await publishWithId(fixture.topic, { id: 'healthy', body: {} });
+      // The default reserve (10) and the one handler slot: 11 places.
+      await waitFor(() => events.count('ackFailed') === 11, { timeoutMs: 30_000, description: '11 parked' });
+      await waitFor(() => adapter.health.stalled, { description: 'health: stalled' });
+      expect(adapter.health).toMatchObject({ receiving: true, deferred: 11, parked: 11, stalled: true });
+      expect(
+        log.lines.some(
+          (l) =>
+            l.level === 'error' && l.message.includes('parked') && l.message.includes('dead-letter topic'),
+        ),
+      ).toBe(true);
+      expect(events.count('processed', 'healthy')).toBe(0);
+      await consumer.stop();
+      // Nothing lost: every message is still at the service.
+      expect(view().messages).toHaveLength(101);
     } finally {
       await fixture.drop();
     }
