@@ -11,6 +11,7 @@ import {
   type AdapterLease,
   type AdapterRuntime,
   type BrokerAdapter,
+  BrokerMisconfiguredError,
   CONSUMER_DEFAULTS,
   ConfigError,
   type IdStrategy,
@@ -22,7 +23,7 @@ import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
 import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
 import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
-import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
+import { readSubscriptionFacts, type SubscriptionFacts, topicExists } from './subscriptionFacts.js';
 import { toEnvelope } from './toEnvelope.js';
 
 /** Batch window of the client's own ack/modAck queues (its receipt modAck). */
@@ -231,7 +232,9 @@ export class PubSubAdapter implements BrokerAdapter {
     );
     this.leaseSeconds = this.settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
     this.useFacts(facts);
-    if (!this.deadLetterTopic) {
+    if (this.deadLetterTopic) {
+      await this.checkDeadLetterTopic(this.deadLetterTopic.name);
+    } else {
       this.log.warn(
         `pubsub: ${this.subscriptionName} has no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked, not dead-lettered`,
       );
@@ -307,6 +310,27 @@ export class PubSubAdapter implements BrokerAdapter {
     this.stream?.dispose();
     await this.settlement.close();
     if (this.ownsClient) await this.pubsub.close();
+  }
+
+  /**
+   * A dead-letter topic that does not exist is a misconfiguration found now, not when the
+   * first poison message comes (its copy refused on every delivery, an ackFailed and a
+   * redelivery every lease, for good). A check the service refuses (a consumer may publish
+   * to a topic it is not allowed to read) is only a warning.
+   */
+  private async checkDeadLetterTopic(name: string): Promise<void> {
+    const found = await topicExists(this.pubsub, name, this.settings.connectTimeoutMs);
+    if (found === 'missing') {
+      throw new BrokerMisconfiguredError(
+        `the dead-letter topic ${name} (${this.settings.deadLetterTopic ? 'broker.deadLetterTopic' : "the subscription's dead-letter policy"}) does not exist: poison messages could not be dead-lettered`,
+      );
+    }
+    if (found !== 'exists') {
+      this.log.warn(`pubsub: could not check that the dead-letter topic ${name} exists`, {
+        subscription: this.subscriptionName,
+        error: found.unknown,
+      });
+    }
   }
 
   // ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 import { PubSub } from '@google-cloud/pubsub';
 import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
 import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
-import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
+import { readSubscriptionFacts, type SubscriptionFacts, topicExists } from './subscriptionFacts.js';
 
 /**
  * Checks a Pub/Sub consumer config against the real subscription, for `oncely doctor`:
@@ -11,7 +11,7 @@ import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFac
  * - the dead-letter policy's `maxDeliveryAttempts` is **above** `maxAttempts`, so Oncely,
  *   which knows the reason, dead-letters first, and a store outage does not push healthy
  *   messages to the dead-letter topic;
- * - where dead-lettered messages go;
+ * - where dead-lettered messages go, and that the topic exists;
  * - whether exactly-once delivery is on (stale acks detectable) and what it does not cover;
  * - the ID strategy.
  *
@@ -60,7 +60,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
         : `subscription ${name} exists (topic ${facts.topic})`,
     });
     checkLease(config, settings, facts, findings);
-    checkDeadLetters(config, settings, facts, findings);
+    await checkDeadLetters(pubsub, config, settings, facts, findings);
     checkExactlyOnce(facts, findings);
     if (config.idStrategy === 'broker') {
       findings.push({
@@ -103,12 +103,13 @@ function checkLease(
   });
 }
 
-function checkDeadLetters(
+async function checkDeadLetters(
+  pubsub: PubSub,
   config: ConsumerConfig<any, any>,
   settings: PubSubSettings,
   facts: SubscriptionFacts,
   findings: DiagnoseFinding[],
-): void {
+): Promise<void> {
   const maxAttempts = config.maxAttempts ?? 5;
   const policy = facts.deadLetterPolicy;
   if (policy) {
@@ -131,14 +132,27 @@ function checkDeadLetters(
     });
   }
   const target = settings.deadLetterTopic ?? policy?.deadLetterTopic;
+  if (!target) {
+    findings.push({
+      level: 'error',
+      message:
+        'no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked (600 s at a time) instead of being dead-lettered',
+    });
+    return;
+  }
+  const found = await topicExists(pubsub, target, settings.connectTimeoutMs);
   findings.push(
-    target
+    found === 'exists'
       ? { level: 'ok', message: `dead-lettered messages are published to ${target} with their reason` }
-      : {
-          level: 'error',
-          message:
-            'no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked (600 s at a time) instead of being dead-lettered',
-        },
+      : found === 'missing'
+        ? {
+            level: 'error',
+            message: `the dead-letter topic ${target} does not exist: start() fails, and poison messages could not be dead-lettered`,
+          }
+        : {
+            level: 'warn',
+            message: `dead-lettered messages are published to ${target}, which could not be checked: ${found.unknown.message}`,
+          },
   );
 }
 

@@ -85,3 +85,27 @@ export async function readSubscriptionFacts(
     detached: !!metadata.detached,
   };
 }
+
+/**
+ * Whether a topic exists (GetTopic), within `timeoutMs`: `'missing'` for NOT_FOUND, else
+ * the error that kept the question open (a consumer allowed to publish to a topic is not
+ * always allowed to read it: PERMISSION_DENIED says nothing about its existence).
+ *
+ * @example
+ * ```ts
+ * if ((await topicExists(pubsub, 'payments-dead-letters')) === 'missing') throw new Error('no such topic');
+ * ```
+ */
+export async function topicExists(
+  pubsub: PubSub,
+  name: string,
+  timeoutMs?: number,
+): Promise<'exists' | 'missing' | { unknown: Error }> {
+  try {
+    await pubsub.topic(name).getMetadata(timeoutMs ? { timeout: timeoutMs } : undefined);
+    return 'exists';
+  } catch (error) {
+    if ((error as { code?: unknown }).code === NOT_FOUND) return 'missing';
+    return { unknown: error as Error };
+  }
+}
