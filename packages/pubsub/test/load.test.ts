@@ -31,11 +31,22 @@ afterAll(async () => {
 describe.skipIf(!hasPostgres)(
   '5,000 messages, concurrency 32, 5 % transient ack failures, stream ends',
   () => {
-    for (const exactlyOnce of [false, true]) {
-      it(`lost 0, doubled 0 (exactly-once ${exactlyOnce ? 'on' : 'off'})`, async () => {
-        const fixture = await adapterFixture(pubsub, emulator, exactlyOnce ? 'load-eod' : 'load', {
-          enableExactlyOnceDelivery: exactlyOnce,
-        });
+    for (const { exactlyOnce, batch } of [
+      { exactlyOnce: false, batch: false },
+      { exactlyOnce: true, batch: false },
+      // The batch path: each batch's acks share a request and go while the next one fills.
+      { exactlyOnce: false, batch: true },
+    ]) {
+      const label = `exactly-once ${exactlyOnce ? 'on' : 'off'}${batch ? ', batches of 10' : ''}`;
+      it(`lost 0, doubled 0 (${label})`, async () => {
+        const fixture = await adapterFixture(
+          pubsub,
+          emulator,
+          exactlyOnce ? 'load-eod' : batch ? 'load-batch' : 'load',
+          {
+            enableExactlyOnceDelivery: exactlyOnce,
+          },
+        );
         const { store, schema, subscriptionName } = fixture;
         let applied = 0;
         const { consumer, events, adapter } = fixture.consumer({
@@ -98,7 +109,7 @@ describe.skipIf(!hasPostgres)(
           const { total, distinct } = await rows();
           // The figures, for the record (the assertions below are what counts).
           console.info(
-            `pubsub load (exactly-once ${exactlyOnce ? 'on' : 'off'}): ${MESSAGES} published, ${distinct} applied, ` +
+            `pubsub load (${label}): ${MESSAGES} published, ${distinct} applied, ` +
               `${total - distinct} doubled, ${faults.failed} ack requests failed, ` +
               `${events.count('duplicate')} duplicates skipped, ${adapter.health.streamEnds} stream ends reopened by the adapter`,
           );
