@@ -13,14 +13,13 @@ import {
   type BrokerAdapter,
   BrokerMisconfiguredError,
   CONSUMER_DEFAULTS,
-  ConfigError,
   type IdStrategy,
   isOncelyError,
   type Logger,
 } from '@oncely/core';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
-import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
 import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
 import { readSubscriptionFacts, type SubscriptionFacts, topicExists } from './subscriptionFacts.js';
@@ -33,12 +32,6 @@ const RECEIPT_MODACK_BATCH_MS = 10;
  * receipt a deadline change of ours waits so that the receipt modAck lands first.
  */
 const RECEIPT_MODACK_GUARD_MS = 250;
-/**
- * `broker.maxExtensionMs` by default is `handlerTimeoutMs` plus this: time for what runs
- * before the handler (the claim, a duplicate waiting on another's marker row) and after
- * it (rollback or commit, the settlement).
- */
-const DEFAULT_EXTENSION_GRACE_MS = 60_000;
 /** The stream ack deadline the client sets on exactly-once subscriptions, whatever its options. */
 const EXACTLY_ONCE_STREAM_DEADLINE_MS = 60_000;
 /** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
@@ -147,14 +140,10 @@ export class PubSubAdapter implements BrokerAdapter {
     private readonly options: PubSubAdapterOptions,
   ) {
     this.settings = parsePubSubConfig(broker);
-    const handlerTimeoutMs = options.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs;
-    if (this.settings.maxExtensionMs !== undefined && this.settings.maxExtensionMs < handlerTimeoutMs) {
-      throw new ConfigError(
-        'broker.maxExtensionMs',
-        `must be at least handlerTimeoutMs (${handlerTimeoutMs}), got ${this.settings.maxExtensionMs}: the lease would lapse while the handler may still commit`,
-      );
-    }
-    this.maxExtensionMs = this.settings.maxExtensionMs ?? handlerTimeoutMs + DEFAULT_EXTENSION_GRACE_MS;
+    this.maxExtensionMs = maxExtensionMsFor(
+      this.settings,
+      options.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
+    );
     this.log = options.log;
     this.ownsClient = this.settings.client === undefined;
     this.pubsub =

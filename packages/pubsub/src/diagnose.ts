@@ -1,6 +1,12 @@
 import { PubSub } from '@google-cloud/pubsub';
-import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
-import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import {
+  CONSUMER_DEFAULTS,
+  type ConsumerConfig,
+  type DiagnoseFinding,
+  type DiagnoseReport,
+  isOncelyError,
+} from '@oncely/core';
+import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { readSubscriptionFacts, type SubscriptionFacts, topicExists } from './subscriptionFacts.js';
 
 /**
@@ -29,6 +35,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   let settings: PubSubSettings;
   try {
     settings = parsePubSubConfig(config.broker as unknown as Record<string, unknown>);
+    maxExtensionMsFor(settings, config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs);
   } catch (error) {
     findings.push({ level: 'error', message: (error as Error).message });
     return report;
@@ -81,7 +88,7 @@ function checkLease(
   facts: SubscriptionFacts,
   findings: DiagnoseFinding[],
 ): void {
-  const handlerTimeoutMs = config.handlerTimeoutMs ?? 30_000;
+  const handlerTimeoutMs = config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs;
   const seconds = settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
   const origin = settings.ackDeadlineSeconds
     ? 'broker.ackDeadlineSeconds'
@@ -98,7 +105,7 @@ function checkLease(
     level: leaseMs < 2000 ? 'warn' : 'ok',
     message:
       leaseMs < handlerTimeoutMs
-        ? `ack deadline ${seconds} s (${origin}); the lease keeper extends it every ${leaseMs / 2} ms (ModifyAckDeadline), aborts ctx.signal at handlerTimeoutMs ${handlerTimeoutMs} ms and stops renewing ${settings.maxExtensionMs ?? handlerTimeoutMs + 60_000} ms after dispatch (broker.maxExtensionMs). The client's own extension (maxExtensionTime) is not used: it stops silently, the keeper enforces its own deadline`
+        ? `ack deadline ${seconds} s (${origin}); the lease keeper extends it every ${leaseMs / 2} ms (ModifyAckDeadline), aborts ctx.signal at handlerTimeoutMs ${handlerTimeoutMs} ms and stops renewing ${maxExtensionMsFor(settings, handlerTimeoutMs)} ms after dispatch (broker.maxExtensionMs). The client's own extension (maxExtensionTime) is not used: it stops silently, the keeper enforces its own deadline`
         : `ack deadline ${seconds} s (${origin}) covers handlerTimeoutMs ${handlerTimeoutMs} ms`,
   });
 }
@@ -110,7 +117,7 @@ async function checkDeadLetters(
   facts: SubscriptionFacts,
   findings: DiagnoseFinding[],
 ): Promise<void> {
-  const maxAttempts = config.maxAttempts ?? 5;
+  const maxAttempts = config.maxAttempts ?? CONSUMER_DEFAULTS.maxAttempts;
   const policy = facts.deadLetterPolicy;
   if (policy) {
     findings.push(
