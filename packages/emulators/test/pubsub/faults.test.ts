@@ -141,9 +141,12 @@ describe('failSettlements every', () => {
     const { subscription, message } = await receivedOnce(false);
     const client = subscriberClientFor(emulator);
     try {
+      // Only this test's requests (deadline 30 s): the client's own modAcks of the
+      // subscription (receipt, lease, nack on close) must not move the count.
       const rate = emulator.failSettlements({
         rpc: 'ModifyAckDeadline',
         subscription: subscription.name,
+        ackDeadlineSeconds: 30,
         count: 2,
         every: 3,
       });
