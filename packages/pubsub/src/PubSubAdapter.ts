@@ -22,7 +22,12 @@ import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
 import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
 import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
-import { readSubscriptionFacts, type SubscriptionFacts, topicExists } from './subscriptionFacts.js';
+import {
+  notPullable,
+  readSubscriptionFacts,
+  type SubscriptionFacts,
+  topicExists,
+} from './subscriptionFacts.js';
 import { toEnvelope } from './toEnvelope.js';
 
 /** Batch window of the client's own ack/modAck queues (its receipt modAck). */
@@ -219,6 +224,9 @@ export class PubSubAdapter implements BrokerAdapter {
       this.subscriptionName,
       this.settings.connectTimeoutMs,
     );
+    const refusal = notPullable(facts);
+    if (refusal)
+      throw new BrokerMisconfiguredError(`Pub/Sub subscription ${this.subscriptionName} ${refusal}`);
     this.leaseSeconds = this.settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
     this.useFacts(facts);
     if (this.deadLetterTopic) {
@@ -243,10 +251,17 @@ export class PubSubAdapter implements BrokerAdapter {
       onMessage: (message) => this.accept(message),
       onDiscarded: (message) => this.takeOver(message),
       // The subscription may have been deleted and recreated with other settings.
-      beforeReopen: async () =>
-        this.useFacts(
-          await readSubscriptionFacts(this.pubsub, this.subscriptionName, this.settings.connectTimeoutMs),
-        ),
+      beforeReopen: async () => {
+        const now = await readSubscriptionFacts(
+          this.pubsub,
+          this.subscriptionName,
+          this.settings.connectTimeoutMs,
+        );
+        const refusal = notPullable(now);
+        // Made push (or an export) while it ran: no reopen can receive until it is pull again.
+        if (refusal) this.log.error(`pubsub: subscription ${this.subscriptionName} ${refusal}`);
+        this.useFacts(now);
+      },
       onReopen: () => this.stats.reconnects++,
       reportError: (error, context) => runtime.reportError(error, context),
       log: this.log,

@@ -7,12 +7,17 @@ import {
   isOncelyError,
 } from '@oncely/core';
 import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
-import { readSubscriptionFacts, type SubscriptionFacts, topicExists } from './subscriptionFacts.js';
+import {
+  notPullable,
+  readSubscriptionFacts,
+  type SubscriptionFacts,
+  topicExists,
+} from './subscriptionFacts.js';
 
 /**
  * Checks a Pub/Sub consumer config against the real subscription, for `oncely doctor`:
  *
- * - the subscription exists and is not detached;
+ * - the subscription exists, is not detached, and can be pulled (not push, not an export);
  * - the ack deadline (and the lease renewal that extends it) against `handlerTimeoutMs`;
  * - the dead-letter policy's `maxDeliveryAttempts` is **above** `maxAttempts`, so Oncely,
  *   which knows the reason, dead-letters first, and a store outage does not push healthy
@@ -60,11 +65,14 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
       });
       return report;
     }
+    const refusal = notPullable(facts);
     findings.push({
-      level: facts.detached ? 'error' : 'ok',
+      level: facts.detached || refusal ? 'error' : 'ok',
       message: facts.detached
         ? `subscription ${name} is detached from its topic: it receives nothing`
-        : `subscription ${name} exists (topic ${facts.topic})`,
+        : refusal
+          ? `subscription ${name} ${refusal}; start() fails`
+          : `subscription ${name} exists (topic ${facts.topic})`,
     });
     checkLease(config, settings, facts, findings);
     await checkDeadLetters(pubsub, config, settings, facts, findings);

@@ -22,6 +22,27 @@ export interface SubscriptionFacts {
   deadLetterPolicy?: { deadLetterTopic: string; maxDeliveryAttempts: number };
   retryPolicy?: { minimumBackoffMs: number; maximumBackoffMs: number };
   detached: boolean;
+  /**
+   * How the service delivers, when it is not pulled: a push endpoint, or an export to
+   * BigQuery or Cloud Storage. Such a subscription refuses Pull and StreamingPull.
+   */
+  delivery?: { push: string } | { export: 'BigQuery' | 'Cloud Storage' };
+}
+
+/**
+ * Why a consumer cannot pull from this subscription, or undefined when it can.
+ *
+ * @example
+ * ```ts
+ * const why = notPullable(facts); // 'is a push subscription (endpoint https://…)'
+ * ```
+ */
+export function notPullable(facts: SubscriptionFacts): string | undefined {
+  const { delivery } = facts;
+  if (delivery === undefined) return undefined;
+  return 'push' in delivery
+    ? `is a push subscription (endpoint ${delivery.push}): the service refuses to be pulled from it (FAILED_PRECONDITION). Use a pull subscription, or make this one pull (an empty push config)`
+    : `is a ${delivery.export} export subscription: the service refuses to be pulled from it. Use a pull subscription`;
 }
 
 function durationMs(
@@ -59,6 +80,13 @@ export async function readSubscriptionFacts(
   }
   const deadLetter = metadata.deadLetterPolicy;
   const retry = metadata.retryPolicy;
+  const delivery = metadata.pushConfig?.pushEndpoint
+    ? { push: metadata.pushConfig.pushEndpoint }
+    : metadata.bigqueryConfig?.table
+      ? { export: 'BigQuery' as const }
+      : metadata.cloudStorageConfig?.bucket
+        ? { export: 'Cloud Storage' as const }
+        : undefined;
   return {
     name,
     topic: metadata.topic ?? '',
@@ -83,6 +111,7 @@ export async function readSubscriptionFacts(
         }
       : {}),
     detached: !!metadata.detached,
+    ...(delivery ? { delivery } : {}),
   };
 }
 
