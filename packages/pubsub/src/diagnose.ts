@@ -67,12 +67,10 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     }
     const refusal = notPullable(facts);
     findings.push({
-      level: facts.detached || refusal ? 'error' : 'ok',
-      message: facts.detached
-        ? `subscription ${name} is detached from its topic: it receives nothing`
-        : refusal
-          ? `subscription ${name} ${refusal}; start() fails`
-          : `subscription ${name} exists (topic ${facts.topic})`,
+      level: refusal ? 'error' : 'ok',
+      message: refusal
+        ? `subscription ${name} ${refusal}; start() fails`
+        : `subscription ${name} exists (topic ${facts.topic})`,
     });
     checkLease(config, settings, facts, findings);
     await checkDeadLetters(pubsub, config, settings, facts, findings);

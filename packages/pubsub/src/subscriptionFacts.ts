@@ -30,7 +30,8 @@ export interface SubscriptionFacts {
 }
 
 /**
- * Why a consumer cannot pull from this subscription, or undefined when it can.
+ * Why a consumer cannot pull from this subscription (detached, push, an export), or
+ * undefined when it can.
  *
  * @example
  * ```ts
@@ -38,6 +39,7 @@ export interface SubscriptionFacts {
  * ```
  */
 export function notPullable(facts: SubscriptionFacts): string | undefined {
+  if (facts.detached) return 'is detached from its topic: it receives nothing and cannot be pulled from';
   const { delivery } = facts;
   if (delivery === undefined) return undefined;
   return 'push' in delivery

@@ -102,6 +102,22 @@ describe.skipIf(!hasPostgres)('a push subscription', () => {
     }
   });
 
+  it('a detached subscription: start() fails with BROKER_MISCONFIGURED', async () => {
+    const fixture = await adapterFixture(pubsub, emulator, 'detached');
+    await pubsub.detachSubscription(fixture.subscriptionName);
+    const { consumer } = fixture.consumer({ handler: async () => {} });
+    try {
+      const error = await consumer.start().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(isOncelyError(error, 'BROKER_MISCONFIGURED')).toBe(true);
+      expect((error as Error).message).toContain('detached');
+    } finally {
+      await fixture.drop();
+    }
+  });
+
   it('made push while running: an error says so, and once it is pull again the consumer receives', async () => {
     const endpoint = 'https://push.example.com/made-push';
     const fixture = await adapterFixture(pubsub, emulator, 'made-push');
