@@ -39,6 +39,11 @@ const RECEIPT_MODACK_BATCH_MS = 10;
 const RECEIPT_MODACK_GUARD_MS = 250;
 /** The stream ack deadline the client sets on exactly-once subscriptions, whatever its options. */
 const EXACTLY_ONCE_STREAM_DEADLINE_MS = 60_000;
+/**
+ * A waiting message handed to the core with less than half a lease plus this left is
+ * renewed at dispatch (see launch()).
+ */
+const DISPATCH_RENEWAL_MARGIN_MS = 2_000;
 /** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
 const MIN_DEFAULT_DEFERRED = 10;
 
@@ -534,6 +539,13 @@ export class PubSubAdapter implements BrokerAdapter {
   }
 
   private launch(delivery: PubSubDelivery): void {
+    // The core's lease keeper first renews half a lease after dispatch. A message that
+    // waited for a slot, renewed every half lease meanwhile, may have barely more than
+    // that left: renewed now, so the keeper's first renewal does not race its deadline.
+    const leaseMs = this.leaseSeconds * 1000;
+    if (delivery.leaseExpiresAt - Date.now() < leaseMs / 2 + DISPATCH_RENEWAL_MARGIN_MS) {
+      delivery.extendLease(leaseMs).catch(() => {});
+    }
     const key = delivery.orderingKey;
     if (key !== undefined) this.busyKeys.add(key);
     this.running.add(delivery);
