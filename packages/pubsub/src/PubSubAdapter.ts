@@ -17,6 +17,7 @@ import {
   isOncelyError,
   type Logger,
 } from '@oncely/core';
+import { ClientInternals, RECEIPT_MODACK_BATCH_MS } from './clientInternals.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
 import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
@@ -30,13 +31,6 @@ import {
 } from './subscriptionFacts.js';
 import { toEnvelope } from './toEnvelope.js';
 
-/** Batch window of the client's own ack/modAck queues (its receipt modAck). */
-const RECEIPT_MODACK_BATCH_MS = 10;
-/**
- * Without the client's modAck queue to watch (another client version), how long after
- * receipt a deadline change of ours waits so that the receipt modAck lands first.
- */
-const RECEIPT_MODACK_GUARD_MS = 250;
 /** The stream ack deadline the client sets on exactly-once subscriptions, whatever its options. */
 const EXACTLY_ONCE_STREAM_DEADLINE_MS = 60_000;
 /**
@@ -46,14 +40,6 @@ const EXACTLY_ONCE_STREAM_DEADLINE_MS = 60_000;
 const DISPATCH_RENEWAL_MARGIN_MS = 2_000;
 /** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
 const MIN_DEFAULT_DEFERRED = 10;
-
-/** The parts of the client's ModAckQueue the receipt guard reads (not public API). */
-interface ClientModAckQueue {
-  numPendingRequests: number;
-  numInFlightRequests: number;
-  onFlush(): Promise<void>;
-  onDrain(): Promise<void>;
-}
 
 /**
  * What `createAdapter` receives besides the broker section.
@@ -142,8 +128,7 @@ export class PubSubAdapter implements BrokerAdapter {
   private lastProgressAt = Date.now();
   private paused = false;
   private leaseTimer: NodeJS.Timeout | undefined;
-  private warnedInventory = false;
-  private warnedReceipt = false;
+  private readonly internals: ClientInternals;
 
   constructor(
     broker: Record<string, unknown>,
@@ -155,6 +140,7 @@ export class PubSubAdapter implements BrokerAdapter {
       options.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
     );
     this.log = options.log;
+    this.internals = new ClientInternals(() => this.stream?.client, this.log);
     this.ownsClient = this.settings.client === undefined;
     this.pubsub =
       this.settings.client ??
@@ -281,11 +267,6 @@ export class PubSubAdapter implements BrokerAdapter {
     this.leaseTimer.unref();
   }
 
-  /**
-   * Stop: closes the stream at once (nothing new is fetched), then nacks what was received
-   * but never dispatched. In-flight deliveries are still settled afterwards: settlements
-   * do not go through the subscriber the close shuts.
-   */
   /** A store outage (the core stops dispatching): the wait for a slot is not a hang. */
   async pause(): Promise<void> {
     this.paused = true;
@@ -296,6 +277,11 @@ export class PubSubAdapter implements BrokerAdapter {
     this.lastProgressAt = Date.now();
   }
 
+  /**
+   * Stop: closes the stream at once (nothing new is fetched), then nacks what was received
+   * but never dispatched. In-flight deliveries are still settled afterwards: settlements
+   * do not go through the subscriber the close shuts.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.leaseTimer);
@@ -377,7 +363,7 @@ export class PubSubAdapter implements BrokerAdapter {
       // management at its first pass (it never extends on its own).
       maxExtensionTime: Duration.from({ seconds: 0 }),
       // The client's receipt modAck (the lease length) goes out within this window; a
-      // deadline change of ours waits for its answer (see receiptOf()).
+      // deadline change of ours waits for its answer (see ClientInternals.receiptOf()).
       batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
       // Close destroys the stream at once; the adapter nacks what it holds itself. (A
       // zero timeout, which maxExtensionTime 0 forces anyway, means the client never
@@ -390,8 +376,8 @@ export class PubSubAdapter implements BrokerAdapter {
   }
 
   private accept(message: PubSubMessage): void {
-    const receipt = this.receiptOf();
-    this.takeFromClient(message);
+    const receipt = this.internals.receiptOf(!!this.subscriptionFacts?.exactlyOnce);
+    this.internals.takeFromClient(message);
     if (this.stopped) {
       // Arrived after stop(): hand it back at once.
       const leaseEnd = Date.now() + this.leaseSeconds * 1000;
@@ -452,59 +438,6 @@ export class PubSubAdapter implements BrokerAdapter {
           );
         },
       );
-  }
-
-  /**
-   * Takes the message out of the client's lease management and flow-control inventory.
-   * The adapter settles through its own unary calls (never `message.ack()`), so the
-   * client would otherwise count the message as outstanding until its lease manager
-   * drops it (with a zero maxExtensionTime, at a random point of the first deadline):
-   * meanwhile a full inventory pauses the stream, and the client's LeaseManager drops
-   * messages it holds back (`allowExcessMessages: false`) without ever emitting them.
-   * The service's own flow control (max_outstanding_messages on the stream) still bounds
-   * what is received. The inventory is not public API: without it (another client
-   * version) the fallback is the zero maxExtensionTime, slower but correct.
-   */
-  private takeFromClient(message: PubSubMessage): void {
-    const inventory = (
-      this.stream?.client as unknown as { _subscriber?: { _inventory?: { remove?: unknown } } }
-    )?._subscriber?._inventory;
-    if (typeof inventory?.remove === 'function') {
-      (inventory.remove as (m: PubSubMessage) => void).call(inventory, message);
-    } else if (!this.warnedInventory) {
-      this.warnedInventory = true;
-      this.log.warn(
-        "pubsub: this @google-cloud/pubsub version hides the subscriber's inventory; flow control falls back to its lease passes",
-      );
-    }
-  }
-
-  /**
-   * Resolves once the client's receipt modAck of the message being accepted was
-   * answered. Without exactly-once the client adds it to its ModAckQueue just before it
-   * hands the message out (synchronously, in the same turn), sends it within
-   * RECEIPT_MODACK_BATCH_MS, and resolves that queue's `onFlush()` once the request was
-   * answered; a request already on its way is covered by `onDrain()`. With exactly-once
-   * the client hands a message out only after its receipt modAck succeeded. The queue is
-   * not public API: without it, the fallback is a fixed pause after receipt.
-   */
-  private receiptOf(): Promise<void> {
-    if (this.subscriptionFacts?.exactlyOnce) return Promise.resolve();
-    const queue = (
-      this.stream?.client as unknown as { _subscriber?: { _modAcks?: Partial<ClientModAckQueue> } }
-    )?._subscriber?._modAcks;
-    if (typeof queue?.onFlush === 'function' && typeof queue.onDrain === 'function') {
-      if ((queue.numPendingRequests ?? 0) > 0) return queue.onFlush();
-      if ((queue.numInFlightRequests ?? 0) > 0) return queue.onDrain();
-      return Promise.resolve();
-    }
-    if (!this.warnedReceipt) {
-      this.warnedReceipt = true;
-      this.log.warn(
-        `pubsub: this @google-cloud/pubsub version hides its modAck queue; a deadline change waits ${RECEIPT_MODACK_GUARD_MS} ms after receipt for the receipt modAck instead`,
-      );
-    }
-    return new Promise((resolve) => setTimeout(resolve, RECEIPT_MODACK_GUARD_MS).unref());
   }
 
   /** Dispatches queued deliveries while the core has free slots, one at a time per ordering key. */
