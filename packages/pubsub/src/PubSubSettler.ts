@@ -168,10 +168,11 @@ export class PubSubSettler {
 
   /**
    * ModifyAckDeadline `seconds`, once the client's receipt modAck of the message was
-   * answered (or its lease is over: nothing of ours matters then).
+   * answered (or its lease is over: nothing of ours matters then) and no renewal of ours
+   * can land after it.
    */
   private async afterReceipt(delivery: PubSubDelivery, seconds: number): Promise<void> {
-    await delivery.receiptAnswered();
+    await Promise.all([delivery.receiptAnswered(), delivery.renewalsStopped()]);
     await this.modAck(delivery, seconds);
   }
 
