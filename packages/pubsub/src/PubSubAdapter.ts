@@ -11,45 +11,35 @@ import {
   type AdapterLease,
   type AdapterRuntime,
   type BrokerAdapter,
+  BrokerMisconfiguredError,
   CONSUMER_DEFAULTS,
-  ConfigError,
   type IdStrategy,
   isOncelyError,
   type Logger,
 } from '@oncely/core';
+import { ClientInternals, RECEIPT_MODACK_BATCH_MS } from './clientInternals.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
-import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
 import { SettlementClient } from './SettlementClient.js';
 import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
-import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
+import {
+  notPullable,
+  readSubscriptionFacts,
+  type SubscriptionFacts,
+  topicExists,
+} from './subscriptionFacts.js';
 import { toEnvelope } from './toEnvelope.js';
 
-/** Batch window of the client's own ack/modAck queues (its receipt modAck). */
-const RECEIPT_MODACK_BATCH_MS = 10;
-/**
- * Without the client's modAck queue to watch (another client version), how long after
- * receipt a deadline change of ours waits so that the receipt modAck lands first.
- */
-const RECEIPT_MODACK_GUARD_MS = 250;
-/**
- * `broker.maxExtensionMs` by default is `handlerTimeoutMs` plus this: time for what runs
- * before the handler (the claim, a duplicate waiting on another's marker row) and after
- * it (rollback or commit, the settlement).
- */
-const DEFAULT_EXTENSION_GRACE_MS = 60_000;
 /** The stream ack deadline the client sets on exactly-once subscriptions, whatever its options. */
 const EXACTLY_ONCE_STREAM_DEADLINE_MS = 60_000;
+/**
+ * A waiting message handed to the core with less than half a lease plus this left is
+ * renewed at dispatch (see launch()).
+ */
+const DISPATCH_RENEWAL_MARGIN_MS = 2_000;
 /** `broker.maxDeferredMessages` by default: the consumer's concurrency, at least this. */
 const MIN_DEFAULT_DEFERRED = 10;
-
-/** The parts of the client's ModAckQueue the receipt guard reads (not public API). */
-interface ClientModAckQueue {
-  numPendingRequests: number;
-  numInFlightRequests: number;
-  onFlush(): Promise<void>;
-  onDrain(): Promise<void>;
-}
 
 /**
  * What `createAdapter` receives besides the broker section.
@@ -138,23 +128,19 @@ export class PubSubAdapter implements BrokerAdapter {
   private lastProgressAt = Date.now();
   private paused = false;
   private leaseTimer: NodeJS.Timeout | undefined;
-  private warnedInventory = false;
-  private warnedReceipt = false;
+  private readonly internals: ClientInternals;
 
   constructor(
     broker: Record<string, unknown>,
     private readonly options: PubSubAdapterOptions,
   ) {
     this.settings = parsePubSubConfig(broker);
-    const handlerTimeoutMs = options.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs;
-    if (this.settings.maxExtensionMs !== undefined && this.settings.maxExtensionMs < handlerTimeoutMs) {
-      throw new ConfigError(
-        'broker.maxExtensionMs',
-        `must be at least handlerTimeoutMs (${handlerTimeoutMs}), got ${this.settings.maxExtensionMs}: the lease would lapse while the handler may still commit`,
-      );
-    }
-    this.maxExtensionMs = this.settings.maxExtensionMs ?? handlerTimeoutMs + DEFAULT_EXTENSION_GRACE_MS;
+    this.maxExtensionMs = maxExtensionMsFor(
+      this.settings,
+      options.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs,
+    );
     this.log = options.log;
+    this.internals = new ClientInternals(() => this.stream?.client, this.log);
     this.ownsClient = this.settings.client === undefined;
     this.pubsub =
       this.settings.client ??
@@ -177,6 +163,8 @@ export class PubSubAdapter implements BrokerAdapter {
       deadLetterTopic: () => this.deadLetterTopic,
       idAttributes: idAttributes(options.idStrategy),
       maxDeferred: () => this.maxDeferred,
+      outstandingCapacity: () =>
+        ((this.runtime?.concurrency ?? 1) + this.maxDeferred) * this.settings.maxStreams,
       get stats() {
         return stats;
       },
@@ -208,9 +196,14 @@ export class PubSubAdapter implements BrokerAdapter {
     return this.subscriptionFacts;
   }
 
-  /** Whether the stream receives, and how it ended last (see {@link PubSubAdapterHealth}). */
+  /** Whether the stream receives, how it ended last, and what waits at the service (see {@link PubSubAdapterHealth}). */
   get health(): PubSubAdapterHealth {
-    return this.stream?.health ?? { receiving: false, reopening: false, streamEnds: 0 };
+    return {
+      ...(this.stream?.health ?? { receiving: false, reopening: false, streamEnds: 0 }),
+      deferred: this.settler.deferredCount,
+      parked: this.settler.parkedCount,
+      stalled: this.settler.stalled,
+    };
   }
 
   async start(runtime: AdapterRuntime): Promise<void> {
@@ -222,9 +215,14 @@ export class PubSubAdapter implements BrokerAdapter {
       this.subscriptionName,
       this.settings.connectTimeoutMs,
     );
+    const refusal = notPullable(facts);
+    if (refusal)
+      throw new BrokerMisconfiguredError(`Pub/Sub subscription ${this.subscriptionName} ${refusal}`);
     this.leaseSeconds = this.settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
     this.useFacts(facts);
-    if (!this.deadLetterTopic) {
+    if (this.deadLetterTopic) {
+      await this.checkDeadLetterTopic(this.deadLetterTopic.name);
+    } else {
       this.log.warn(
         `pubsub: ${this.subscriptionName} has no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked, not dead-lettered`,
       );
@@ -244,10 +242,17 @@ export class PubSubAdapter implements BrokerAdapter {
       onMessage: (message) => this.accept(message),
       onDiscarded: (message) => this.takeOver(message),
       // The subscription may have been deleted and recreated with other settings.
-      beforeReopen: async () =>
-        this.useFacts(
-          await readSubscriptionFacts(this.pubsub, this.subscriptionName, this.settings.connectTimeoutMs),
-        ),
+      beforeReopen: async () => {
+        const now = await readSubscriptionFacts(
+          this.pubsub,
+          this.subscriptionName,
+          this.settings.connectTimeoutMs,
+        );
+        const refusal = notPullable(now);
+        // Made push (or an export) while it ran: no reopen can receive until it is pull again.
+        if (refusal) this.log.error(`pubsub: subscription ${this.subscriptionName} ${refusal}`);
+        this.useFacts(now);
+      },
       onReopen: () => this.stats.reconnects++,
       reportError: (error, context) => runtime.reportError(error, context),
       log: this.log,
@@ -262,11 +267,6 @@ export class PubSubAdapter implements BrokerAdapter {
     this.leaseTimer.unref();
   }
 
-  /**
-   * Stop: closes the stream at once (nothing new is fetched), then nacks what was received
-   * but never dispatched. In-flight deliveries are still settled afterwards: settlements
-   * do not go through the subscriber the close shuts.
-   */
   /** A store outage (the core stops dispatching): the wait for a slot is not a hang. */
   async pause(): Promise<void> {
     this.paused = true;
@@ -277,6 +277,11 @@ export class PubSubAdapter implements BrokerAdapter {
     this.lastProgressAt = Date.now();
   }
 
+  /**
+   * Stop: closes the stream at once (nothing new is fetched), then nacks what was received
+   * but never dispatched. In-flight deliveries are still settled afterwards: settlements
+   * do not go through the subscriber the close shuts.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.leaseTimer);
@@ -300,6 +305,27 @@ export class PubSubAdapter implements BrokerAdapter {
     this.stream?.dispose();
     await this.settlement.close();
     if (this.ownsClient) await this.pubsub.close();
+  }
+
+  /**
+   * A dead-letter topic that does not exist is a misconfiguration found now, not when the
+   * first poison message comes (its copy refused on every delivery, an ackFailed and a
+   * redelivery every lease, for good). A check the service refuses (a consumer may publish
+   * to a topic it is not allowed to read) is only a warning.
+   */
+  private async checkDeadLetterTopic(name: string): Promise<void> {
+    const found = await topicExists(this.pubsub, name, this.settings.connectTimeoutMs);
+    if (found === 'missing') {
+      throw new BrokerMisconfiguredError(
+        `the dead-letter topic ${name} (${this.settings.deadLetterTopic ? 'broker.deadLetterTopic' : "the subscription's dead-letter policy"}) does not exist: poison messages could not be dead-lettered`,
+      );
+    }
+    if (found !== 'exists') {
+      this.log.warn(`pubsub: could not check that the dead-letter topic ${name} exists`, {
+        subscription: this.subscriptionName,
+        error: found.unknown,
+      });
+    }
   }
 
   // ------------------------------------------------------------------------------------
@@ -337,7 +363,7 @@ export class PubSubAdapter implements BrokerAdapter {
       // management at its first pass (it never extends on its own).
       maxExtensionTime: Duration.from({ seconds: 0 }),
       // The client's receipt modAck (the lease length) goes out within this window; a
-      // deadline change of ours waits for its answer (see receiptOf()).
+      // deadline change of ours waits for its answer (see ClientInternals.receiptOf()).
       batching: { maxMilliseconds: RECEIPT_MODACK_BATCH_MS },
       // Close destroys the stream at once; the adapter nacks what it holds itself. (A
       // zero timeout, which maxExtensionTime 0 forces anyway, means the client never
@@ -350,8 +376,8 @@ export class PubSubAdapter implements BrokerAdapter {
   }
 
   private accept(message: PubSubMessage): void {
-    const receipt = this.receiptOf();
-    this.takeFromClient(message);
+    const receipt = this.internals.receiptOf(!!this.subscriptionFacts?.exactlyOnce);
+    this.internals.takeFromClient(message);
     if (this.stopped) {
       // Arrived after stop(): hand it back at once.
       const leaseEnd = Date.now() + this.leaseSeconds * 1000;
@@ -414,59 +440,6 @@ export class PubSubAdapter implements BrokerAdapter {
       );
   }
 
-  /**
-   * Takes the message out of the client's lease management and flow-control inventory.
-   * The adapter settles through its own unary calls (never `message.ack()`), so the
-   * client would otherwise count the message as outstanding until its lease manager
-   * drops it (with a zero maxExtensionTime, at a random point of the first deadline):
-   * meanwhile a full inventory pauses the stream, and the client's LeaseManager drops
-   * messages it holds back (`allowExcessMessages: false`) without ever emitting them.
-   * The service's own flow control (max_outstanding_messages on the stream) still bounds
-   * what is received. The inventory is not public API: without it (another client
-   * version) the fallback is the zero maxExtensionTime, slower but correct.
-   */
-  private takeFromClient(message: PubSubMessage): void {
-    const inventory = (
-      this.stream?.client as unknown as { _subscriber?: { _inventory?: { remove?: unknown } } }
-    )?._subscriber?._inventory;
-    if (typeof inventory?.remove === 'function') {
-      (inventory.remove as (m: PubSubMessage) => void).call(inventory, message);
-    } else if (!this.warnedInventory) {
-      this.warnedInventory = true;
-      this.log.warn(
-        "pubsub: this @google-cloud/pubsub version hides the subscriber's inventory; flow control falls back to its lease passes",
-      );
-    }
-  }
-
-  /**
-   * Resolves once the client's receipt modAck of the message being accepted was
-   * answered. Without exactly-once the client adds it to its ModAckQueue just before it
-   * hands the message out (synchronously, in the same turn), sends it within
-   * RECEIPT_MODACK_BATCH_MS, and resolves that queue's `onFlush()` once the request was
-   * answered; a request already on its way is covered by `onDrain()`. With exactly-once
-   * the client hands a message out only after its receipt modAck succeeded. The queue is
-   * not public API: without it, the fallback is a fixed pause after receipt.
-   */
-  private receiptOf(): Promise<void> {
-    if (this.subscriptionFacts?.exactlyOnce) return Promise.resolve();
-    const queue = (
-      this.stream?.client as unknown as { _subscriber?: { _modAcks?: Partial<ClientModAckQueue> } }
-    )?._subscriber?._modAcks;
-    if (typeof queue?.onFlush === 'function' && typeof queue.onDrain === 'function') {
-      if ((queue.numPendingRequests ?? 0) > 0) return queue.onFlush();
-      if ((queue.numInFlightRequests ?? 0) > 0) return queue.onDrain();
-      return Promise.resolve();
-    }
-    if (!this.warnedReceipt) {
-      this.warnedReceipt = true;
-      this.log.warn(
-        `pubsub: this @google-cloud/pubsub version hides its modAck queue; a deadline change waits ${RECEIPT_MODACK_GUARD_MS} ms after receipt for the receipt modAck instead`,
-      );
-    }
-    return new Promise((resolve) => setTimeout(resolve, RECEIPT_MODACK_GUARD_MS).unref());
-  }
-
   /** Dispatches queued deliveries while the core has free slots, one at a time per ordering key. */
   private async pump(): Promise<void> {
     if (this.pumping) return;
@@ -499,6 +472,13 @@ export class PubSubAdapter implements BrokerAdapter {
   }
 
   private launch(delivery: PubSubDelivery): void {
+    // The core's lease keeper first renews half a lease after dispatch. A message that
+    // waited for a slot, renewed every half lease meanwhile, may have barely more than
+    // that left: renewed now, so the keeper's first renewal does not race its deadline.
+    const leaseMs = this.leaseSeconds * 1000;
+    if (delivery.leaseExpiresAt - Date.now() < leaseMs / 2 + DISPATCH_RENEWAL_MARGIN_MS) {
+      delivery.extendLease(leaseMs).catch(() => {});
+    }
     const key = delivery.orderingKey;
     if (key !== undefined) this.busyKeys.add(key);
     this.running.add(delivery);

@@ -33,6 +33,9 @@ export interface DeliverySettler {
  */
 export class PubSubDelivery implements Delivery {
   private expiresAt: number;
+  /** The last renewal asked for, settled either way (see renewalsStopped()). */
+  private renewal: Promise<unknown> = Promise.resolve();
+  private renewing = true;
 
   /**
    * @param receipt resolves once the client's receipt modAck of this message was
@@ -100,10 +103,26 @@ export class PubSubDelivery implements Delivery {
   }
 
   async extendLease(ms: number): Promise<void> {
+    // Handed back (see renewalsStopped()): a renewal now would undo that.
+    if (!this.renewing) return;
     const seconds = Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(1, Math.ceil(ms / 1000)));
     const calledAt = Date.now();
-    await this.settler.modAck(this, seconds);
+    const call = this.settler.modAck(this, seconds);
+    this.renewal = call.catch(() => {});
+    await call;
     // Counted from the call: the service saw it no earlier than calledAt.
     this.expiresAt = calledAt + seconds * 1000;
+  }
+
+  /**
+   * Stops renewing (the lease keeper goes on until the settlement is confirmed) and
+   * resolves once the last renewal asked for was answered: a deadline change of ours
+   * (a delayed retry, a park, a nack) must land after it. A renewal still being retried
+   * through a transient failure landed after a park and set the deadline back to one
+   * lease.
+   */
+  renewalsStopped(): Promise<unknown> {
+    this.renewing = false;
+    return this.renewal;
   }
 }

@@ -1,6 +1,6 @@
 import type { Topic } from '@google-cloud/pubsub';
 import { BrokerMisconfiguredError, type DeadLetterReason, isOncelyError, type Logger } from '@oncely/core';
-import { deadLetterAttributes } from './deadLetterCopy.js';
+import { deadLetterAttributes, readDeadLetter } from './deadLetterCopy.js';
 import type { PubSubDelivery } from './PubSubDelivery.js';
 import { MAX_ACK_DEADLINE_SECONDS } from './pubsubConfig.js';
 import type { SettlementClient } from './SettlementClient.js';
@@ -41,6 +41,11 @@ export interface PubSubSettlerContext {
   idAttributes: readonly string[];
   /** `broker.maxDeferredMessages` as resolved at start. */
   maxDeferred(): number;
+  /**
+   * How many messages the service may have outstanding with this consumer: each stream's
+   * max_outstanding_messages (the concurrency plus the reserve) times the streams.
+   */
+  outstandingCapacity(): number;
   stats: PubSubAdapterStats;
   log: Logger;
 }
@@ -63,8 +68,9 @@ export interface PubSubSettlerContext {
  */
 export class PubSubSettler {
   /** Deliveries waiting out a backoff or parked, with the time their deadline passes. */
-  private readonly deferred = new Map<PubSubDelivery, number>();
+  private readonly deferred = new Map<PubSubDelivery, { until: number; parked: boolean }>();
   private reserveFull = false;
+  private wasStalled = false;
 
   constructor(private readonly context: PubSubSettlerContext) {}
 
@@ -72,6 +78,22 @@ export class PubSubSettler {
   get deferredCount(): number {
     this.pruneDeferred(Date.now());
     return this.deferred.size;
+  }
+
+  /** Of those, poison messages parked for want of a dead-letter topic. */
+  get parkedCount(): number {
+    this.pruneDeferred(Date.now());
+    let parked = 0;
+    for (const { parked: isParked } of this.deferred.values()) if (isParked) parked++;
+    return parked;
+  }
+
+  /**
+   * Every place the service may have outstanding with this consumer is held by a message
+   * waiting out a backoff or parked: nothing new is received until one's deadline passes.
+   */
+  get stalled(): boolean {
+    return this.deferredCount >= this.context.outstandingCapacity();
   }
 
   ack(delivery: PubSubDelivery): Promise<void> {
@@ -99,7 +121,7 @@ export class PubSubSettler {
   async retry(delivery: PubSubDelivery, delayMs: number): Promise<void> {
     if (this.context.facts()?.retryPolicy) return this.release(delivery);
     const seconds = Math.min(MAX_ACK_DEADLINE_SECONDS, Math.max(0, Math.ceil(delayMs / 1000)));
-    if (seconds > 0) this.defer(delivery, seconds);
+    if (seconds > 0) this.defer(delivery, seconds, false);
     return this.counted(this.afterReceipt(delivery, seconds));
   }
 
@@ -108,30 +130,34 @@ export class PubSubSettler {
     const topic = this.context.deadLetterTopic();
     if (!topic) {
       // Park it as long as one deadline allows: never processed unprotected, never dropped.
-      this.defer(delivery, MAX_ACK_DEADLINE_SECONDS);
+      this.defer(delivery, MAX_ACK_DEADLINE_SECONDS, true);
       await this.afterReceipt(delivery, MAX_ACK_DEADLINE_SECONDS).catch(() => {});
       throw new BrokerMisconfiguredError(
         `cannot dead-letter (${reason}: ${detail}): ${subscriptionName} has no dead-letter topic; the message is parked for ${MAX_ACK_DEADLINE_SECONDS} s. Configure broker.deadLetterTopic or a dead-letter policy.`,
       );
     }
     const { message } = delivery;
-    await topic.publishMessage({
-      data: message.data,
-      // Within Pub/Sub's limits (100 attributes, 1,024 bytes a value), or the service
-      // would refuse the copy every time and the message would never leave.
-      attributes: deadLetterAttributes(
-        message.attributes ?? {},
-        {
-          reason,
-          detail,
-          sourceMessageId: message.id,
-          sourceSubscription: subscriptionName,
-          ...(message.orderingKey ? { orderingKey: message.orderingKey } : {}),
-        },
-        message.data.length,
-        this.context.idAttributes,
-      ),
-    });
+    // Within Pub/Sub's limits (100 attributes, 1,024 bytes a value, 10 MB a message), or
+    // the service would refuse the copy every time and the message would never leave.
+    const attributes = deadLetterAttributes(
+      message.attributes ?? {},
+      {
+        reason,
+        detail,
+        sourceMessageId: message.id,
+        sourceSubscription: subscriptionName,
+        ...(message.orderingKey ? { orderingKey: message.orderingKey } : {}),
+      },
+      message.data.length,
+      this.context.idAttributes,
+    );
+    if (readDeadLetter(attributes) === undefined) {
+      this.context.log.warn(
+        `pubsub: the dead-letter copy of message ${message.id} carries no reason: the original's data and attributes leave no room within Pub/Sub's limits (${reason}: ${detail})`,
+        { subscription: subscriptionName },
+      );
+    }
+    await topic.publishMessage({ data: message.data, attributes });
     stats.deadLettered++;
     await this.ack(delivery);
   }
@@ -142,30 +168,50 @@ export class PubSubSettler {
 
   /**
    * ModifyAckDeadline `seconds`, once the client's receipt modAck of the message was
-   * answered (or its lease is over: nothing of ours matters then).
+   * answered (or its lease is over: nothing of ours matters then) and no renewal of ours
+   * can land after it.
    */
   private async afterReceipt(delivery: PubSubDelivery, seconds: number): Promise<void> {
-    await delivery.receiptAnswered();
+    await Promise.all([delivery.receiptAnswered(), delivery.renewalsStopped()]);
     await this.modAck(delivery, seconds);
   }
 
-  /** Notes a message set to wait out `seconds` at the service; warns once the reserve is full. */
-  private defer(delivery: PubSubDelivery, seconds: number): void {
+  /**
+   * Notes a message set to wait out `seconds` at the service (`parked`: a poison message
+   * with nowhere to go); warns once the reserve is full, and says so as an error once
+   * deferred messages hold every place the service may fill.
+   */
+  private defer(delivery: PubSubDelivery, seconds: number, parked: boolean): void {
     const now = Date.now();
     this.pruneDeferred(now);
-    this.deferred.set(delivery, now + seconds * 1000);
+    this.deferred.set(delivery, { until: now + seconds * 1000, parked });
+    const { log, subscriptionName } = this.context;
     const full = this.deferred.size >= this.context.maxDeferred();
     if (full && !this.reserveFull) {
-      this.context.log.warn(
-        `pubsub: ${this.deferred.size} messages wait out a retry backoff or are parked: the flow-control reserve for them (broker.maxDeferredMessages = ${this.context.maxDeferred()}) is full, so healthy messages wait behind them until their deadlines pass`,
-        { subscription: this.context.subscriptionName },
+      log.warn(
+        `pubsub: ${this.deferred.size} messages wait out a retry backoff or are parked: the flow-control reserve for them (broker.maxDeferredMessages = ${this.context.maxDeferred()}) is full, so from now on each more takes a handler slot's place at the service`,
+        { subscription: subscriptionName },
       );
     }
     this.reserveFull = full;
+    const stalled = this.stalled;
+    if (stalled && !this.wasStalled) {
+      const parkedCount = this.parkedCount;
+      // A parked message comes back after 600 s as poison as it went, and is parked
+      // again: when parked messages fill every place, only a dead-letter topic (or
+      // someone acking them) frees the consumer.
+      log.error(
+        parkedCount === this.deferred.size
+          ? `pubsub: ${parkedCount} poison messages are parked for want of a dead-letter topic and hold every place the service may fill (health.stalled): this consumer receives nothing new, and each comes back after ${MAX_ACK_DEADLINE_SECONDS} s to be parked again. Configure broker.deadLetterTopic or a dead-letter policy.`
+          : `pubsub: ${this.deferred.size} messages waiting out a retry backoff (${parkedCount} of them parked poison messages) hold every place the service may fill (health.stalled): nothing new is received until their deadlines pass. Raise broker.maxDeferredMessages or shorten the backoff.`,
+        { subscription: subscriptionName },
+      );
+    }
+    this.wasStalled = stalled;
   }
 
   private pruneDeferred(now: number): void {
-    for (const [delivery, until] of this.deferred) if (until <= now) this.deferred.delete(delivery);
+    for (const [delivery, { until }] of this.deferred) if (until <= now) this.deferred.delete(delivery);
   }
 
   /** Counts and logs invalid ack IDs; the rejection still reaches the core. */

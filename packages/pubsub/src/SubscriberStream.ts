@@ -33,7 +33,23 @@ export interface PubSubAdapterHealth {
   streamEnds: number;
   /** What the stream last failed with (its gRPC `code` when it had one), and when. */
   lastStreamError?: { code?: number; message: string; at: Date };
+  /** Messages waiting out a retry backoff or parked (`stats.deferred`). */
+  deferred: number;
+  /** Of those, poison messages parked (600 s at a time) for want of a dead-letter topic. */
+  parked: number;
+  /**
+   * Deferred messages hold every place the service may fill (each stream's
+   * `concurrency + maxDeferredMessages`): nothing new is received until one's deadline
+   * passes. With parked messages that is for good: configure a dead-letter topic.
+   */
+  stalled: boolean;
 }
+
+/** What {@link SubscriberStream} itself reports; the adapter adds the rest. */
+export type StreamHealth = Pick<
+  PubSubAdapterHealth,
+  'receiving' | 'reopening' | 'streamEnds' | 'lastStreamError'
+>;
 
 /** What a {@link SubscriberStream} needs from its adapter. */
 export interface SubscriberStreamOptions {
@@ -94,7 +110,7 @@ export class SubscriberStream {
     return this.subscription;
   }
 
-  get health(): PubSubAdapterHealth {
+  get health(): StreamHealth {
     return {
       receiving: !this.closed && !!this.subscription?.isOpen,
       reopening: this.reopenTimer !== undefined,

@@ -40,23 +40,27 @@ export interface DeadLetterInfo {
   sourceSubscription: string;
   orderingKey?: string;
   /**
-   * What was cut to stay within Pub/Sub's limits: `detail`, `orderingKey` (shortened),
-   * `attribute:<key>` (an original attribute left out of the copy, its value lost unless
-   * it is in `moved`).
+   * What of Oncely's was cut to stay within Pub/Sub's limits: `detail`, `orderingKey`
+   * (shortened). The original's own attributes are never cut (see `moved`).
    */
   cut: string[];
-  /** Original attributes that did not fit as attributes, kept here instead. */
+  /** Original attributes that did not fit as attributes (an original with 100), kept here whole. */
   moved?: Record<string, string>;
 }
 
 /**
  * The attributes of the dead-letter copy of a message: the original's, plus Oncely's
  * reason, detail and source, within Pub/Sub's limits (100 attributes, 1,024 bytes a
- * value, 10 MB a message). Values are cut on a UTF-8 character boundary; when Oncely's
- * would push the count over 100 they are folded into one attribute; when even that does
- * not fit (an original with 100 attributes), the smallest original attributes other
- * than `protectedKeys` (the ID attribute) leave the copy, moved into Oncely's attribute
- * where they fit. Whatever was cut is named in the copy.
+ * value, 10 MB a message). The original's data and attributes come first: Oncely's
+ * information takes the room that is left. Values are cut on a UTF-8 character boundary;
+ * when Oncely's would push the count over 100 they are folded into one attribute, its
+ * detail cut to the bytes left in the message; when the original already has 100
+ * attributes, its smallest ones other than `protectedKeys` (the ID attribute) move,
+ * whole, into that attribute. When Oncely's information does not fit even so (a message
+ * at the 10 MB limit; attributes too large to move whole), the copy carries the
+ * original's attributes alone, and {@link readDeadLetter} finds nothing in it: the
+ * reason is in the consumer's log and `deadLettered` event. Whatever of Oncely's was cut
+ * is named in the copy.
  *
  * @example
  * ```ts
@@ -73,24 +77,33 @@ export function deadLetterAttributes(
   const kept: Record<string, string> = {};
   for (const [key, value] of Object.entries(original)) if (!ours.has(key)) kept[key] = value;
 
-  const separate = separateAttributes(info);
-  const first = { ...kept, ...separate };
-  if (fits(first, dataBytes)) return first;
+  const separate = { ...kept, ...separateAttributes(info) };
+  if (fits(separate, dataBytes)) return separate;
 
-  // Fold Oncely's into one attribute; drop original attributes (smallest first, never a
-  // protected one) until the copy fits.
-  const droppable = Object.keys(kept)
+  // One attribute of Oncely's, in the room left; on a full original, move its smallest
+  // attributes (never a protected one) into it until the count allows one more.
+  const movable = Object.keys(kept)
     .filter((key) => !protectedKeys.includes(key))
     .sort((a, b) => entryBytes(a, kept[a]!) - entryBytes(b, kept[b]!) || a.localeCompare(b));
-  const dropped: string[] = [];
+  const moved: string[] = [];
   for (;;) {
     const rest = { ...kept };
-    for (const key of dropped) delete rest[key];
-    const candidate = { ...rest, [DEAD_LETTER_ATTRIBUTES.folded]: foldedAttribute(info, dropped, kept) };
-    const next = droppable[dropped.length];
-    // Nothing left to drop: this is as small as it gets (the service decides).
-    if (fits(candidate, dataBytes) || next === undefined) return candidate;
-    dropped.push(next);
+    for (const key of moved) delete rest[key];
+    if (Object.keys(rest).length < MAX_ATTRIBUTES) {
+      const room = Math.min(
+        MAX_ATTRIBUTE_VALUE_BYTES,
+        MAX_MESSAGE_BYTES -
+          dataBytes -
+          attributesBytes(rest) -
+          Buffer.byteLength(DEAD_LETTER_ATTRIBUTES.folded),
+      );
+      const folded = foldedAttribute(info, moved, kept, room);
+      // No room for Oncely's information: the original's attributes, whole, are worth more.
+      return folded === undefined ? kept : { ...rest, [DEAD_LETTER_ATTRIBUTES.folded]: folded };
+    }
+    const next = movable[moved.length];
+    if (next === undefined) return kept;
+    moved.push(next);
   }
 }
 
@@ -182,15 +195,17 @@ function separateAttributes(info: Omit<DeadLetterInfo, 'cut' | 'moved'>): Record
 }
 
 /**
- * Oncely's information as one JSON attribute of at most 1,024 bytes: the reason and the
- * source first, then what was cut, the ordering key, the dropped attributes that fit
- * whole, and the detail in whatever room is left.
+ * Oncely's information as one JSON attribute of at most `room` bytes: the reason and the
+ * source first, the moved original attributes (whole, or nothing fits), the ordering key
+ * (cut if it must be), and the detail in whatever room is left. Undefined when the
+ * reason, the source and the moved attributes alone take more than `room`.
  */
 function foldedAttribute(
   info: Omit<DeadLetterInfo, 'cut' | 'moved'>,
-  dropped: readonly string[],
+  movedKeys: readonly string[],
   original: Readonly<Record<string, string>>,
-): string {
+  room: number,
+): string | undefined {
   const base = {
     reason: info.reason,
     sourceMessageId: info.sourceMessageId,
@@ -198,48 +213,40 @@ function foldedAttribute(
   };
   const cut: string[] = [];
   const moved: Record<string, string> = {};
+  for (const key of movedKeys) moved[key] = original[key]!;
   const compose = (detail: string, orderingKey?: string) =>
     JSON.stringify({
       ...base,
       ...(orderingKey !== undefined ? { orderingKey } : {}),
       detail,
       cut,
-      ...(Object.keys(moved).length > 0 ? { moved } : {}),
+      ...(movedKeys.length > 0 ? { moved } : {}),
     });
   const size = (detail: string, orderingKey?: string) => Buffer.byteLength(compose(detail, orderingKey));
-  // Every dropped attribute is named as cut until it is moved; the names come first.
-  for (const key of dropped) cut.push(`attribute:${key}`);
   let orderingKey = info.orderingKey || undefined;
-  if (orderingKey !== undefined && size('', orderingKey) > MAX_ATTRIBUTE_VALUE_BYTES) {
+  if (orderingKey !== undefined && size('', orderingKey) > room) {
     cut.push('orderingKey');
-    orderingKey = fitInto(orderingKey, (text) => size('', text));
-  }
-  for (const key of dropped) {
-    moved[key] = original[key]!;
-    cut.splice(cut.indexOf(`attribute:${key}`), 1);
-    if (size('', orderingKey) > MAX_ATTRIBUTE_VALUE_BYTES) {
-      delete moved[key];
-      cut.unshift(`attribute:${key}`);
-    }
+    orderingKey = fitInto(orderingKey, room, (text) => size('', text));
   }
   let detail = info.detail;
-  if (size(detail, orderingKey) > MAX_ATTRIBUTE_VALUE_BYTES) {
+  if (size(detail, orderingKey) > room) {
     cut.push('detail');
-    detail = fitInto(detail, (text) => size(text, orderingKey));
+    detail = fitInto(detail, room, (text) => size(text, orderingKey));
   }
-  return compose(detail, orderingKey);
+  const value = compose(detail, orderingKey);
+  return Buffer.byteLength(value) <= room ? value : undefined;
 }
 
 /**
- * The longest cut of `text` (cutUtf8) whose `measure` is within the attribute limit:
- * JSON escapes make the encoded size grow faster than the text, so it is searched for.
+ * The longest cut of `text` (cutUtf8) whose `measure` is within `room`: JSON escapes make
+ * the encoded size grow faster than the text, so it is searched for.
  */
-function fitInto(text: string, measure: (candidate: string) => number): string {
+function fitInto(text: string, room: number, measure: (candidate: string) => number): string {
   let low = 0;
   let high = Buffer.byteLength(text);
   while (low < high) {
     const mid = Math.ceil((low + high) / 2);
-    if (measure(cutUtf8(text, mid)) <= MAX_ATTRIBUTE_VALUE_BYTES) low = mid;
+    if (measure(cutUtf8(text, mid)) <= room) low = mid;
     else high = mid - 1;
   }
   return cutUtf8(text, low);
@@ -249,13 +256,15 @@ function entryBytes(key: string, value: string): number {
   return Buffer.byteLength(key) + Buffer.byteLength(value);
 }
 
+function attributesBytes(attributes: Readonly<Record<string, string>>): number {
+  let bytes = 0;
+  for (const [key, value] of Object.entries(attributes)) bytes += entryBytes(key, value);
+  return bytes;
+}
+
 function fits(attributes: Readonly<Record<string, string>>, dataBytes: number): boolean {
   const entries = Object.entries(attributes);
   if (entries.length > MAX_ATTRIBUTES) return false;
-  let bytes = dataBytes;
-  for (const [key, value] of entries) {
-    if (Buffer.byteLength(value) > MAX_ATTRIBUTE_VALUE_BYTES) return false;
-    bytes += entryBytes(key, value);
-  }
-  return bytes <= MAX_MESSAGE_BYTES;
+  if (entries.some(([, value]) => Buffer.byteLength(value) > MAX_ATTRIBUTE_VALUE_BYTES)) return false;
+  return dataBytes + attributesBytes(attributes) <= MAX_MESSAGE_BYTES;
 }

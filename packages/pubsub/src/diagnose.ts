@@ -1,17 +1,28 @@
 import { PubSub } from '@google-cloud/pubsub';
-import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
-import { type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
-import { readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
+import {
+  CONSUMER_DEFAULTS,
+  type ConsumerConfig,
+  type DiagnoseFinding,
+  type DiagnoseReport,
+  isOncelyError,
+} from '@oncely/core';
+import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import {
+  notPullable,
+  readSubscriptionFacts,
+  type SubscriptionFacts,
+  topicExists,
+} from './subscriptionFacts.js';
 
 /**
  * Checks a Pub/Sub consumer config against the real subscription, for `oncely doctor`:
  *
- * - the subscription exists and is not detached;
+ * - the subscription exists, is not detached, and can be pulled (not push, not an export);
  * - the ack deadline (and the lease renewal that extends it) against `handlerTimeoutMs`;
  * - the dead-letter policy's `maxDeliveryAttempts` is **above** `maxAttempts`, so Oncely,
  *   which knows the reason, dead-letters first, and a store outage does not push healthy
  *   messages to the dead-letter topic;
- * - where dead-lettered messages go;
+ * - where dead-lettered messages go, and that the topic exists;
  * - whether exactly-once delivery is on (stale acks detectable) and what it does not cover;
  * - the ID strategy.
  *
@@ -29,6 +40,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   let settings: PubSubSettings;
   try {
     settings = parsePubSubConfig(config.broker as unknown as Record<string, unknown>);
+    maxExtensionMsFor(settings, config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs);
   } catch (error) {
     findings.push({ level: 'error', message: (error as Error).message });
     return report;
@@ -53,14 +65,15 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
       });
       return report;
     }
+    const refusal = notPullable(facts);
     findings.push({
-      level: facts.detached ? 'error' : 'ok',
-      message: facts.detached
-        ? `subscription ${name} is detached from its topic: it receives nothing`
+      level: refusal ? 'error' : 'ok',
+      message: refusal
+        ? `subscription ${name} ${refusal}; start() fails`
         : `subscription ${name} exists (topic ${facts.topic})`,
     });
     checkLease(config, settings, facts, findings);
-    checkDeadLetters(config, settings, facts, findings);
+    await checkDeadLetters(pubsub, config, settings, facts, findings);
     checkExactlyOnce(facts, findings);
     if (config.idStrategy === 'broker') {
       findings.push({
@@ -81,7 +94,7 @@ function checkLease(
   facts: SubscriptionFacts,
   findings: DiagnoseFinding[],
 ): void {
-  const handlerTimeoutMs = config.handlerTimeoutMs ?? 30_000;
+  const handlerTimeoutMs = config.handlerTimeoutMs ?? CONSUMER_DEFAULTS.handlerTimeoutMs;
   const seconds = settings.ackDeadlineSeconds ?? facts.ackDeadlineSeconds;
   const origin = settings.ackDeadlineSeconds
     ? 'broker.ackDeadlineSeconds'
@@ -98,18 +111,19 @@ function checkLease(
     level: leaseMs < 2000 ? 'warn' : 'ok',
     message:
       leaseMs < handlerTimeoutMs
-        ? `ack deadline ${seconds} s (${origin}); the lease keeper extends it every ${leaseMs / 2} ms (ModifyAckDeadline), aborts ctx.signal at handlerTimeoutMs ${handlerTimeoutMs} ms and stops renewing ${settings.maxExtensionMs ?? handlerTimeoutMs + 60_000} ms after dispatch (broker.maxExtensionMs). The client's own extension (maxExtensionTime) is not used: it stops silently, the keeper enforces its own deadline`
+        ? `ack deadline ${seconds} s (${origin}); the lease keeper extends it every ${leaseMs / 2} ms (ModifyAckDeadline), aborts ctx.signal at handlerTimeoutMs ${handlerTimeoutMs} ms and stops renewing ${maxExtensionMsFor(settings, handlerTimeoutMs)} ms after dispatch (broker.maxExtensionMs). The client's own extension (maxExtensionTime) is not used: it stops silently, the keeper enforces its own deadline`
         : `ack deadline ${seconds} s (${origin}) covers handlerTimeoutMs ${handlerTimeoutMs} ms`,
   });
 }
 
-function checkDeadLetters(
+async function checkDeadLetters(
+  pubsub: PubSub,
   config: ConsumerConfig<any, any>,
   settings: PubSubSettings,
   facts: SubscriptionFacts,
   findings: DiagnoseFinding[],
-): void {
-  const maxAttempts = config.maxAttempts ?? 5;
+): Promise<void> {
+  const maxAttempts = config.maxAttempts ?? CONSUMER_DEFAULTS.maxAttempts;
   const policy = facts.deadLetterPolicy;
   if (policy) {
     findings.push(
@@ -131,14 +145,27 @@ function checkDeadLetters(
     });
   }
   const target = settings.deadLetterTopic ?? policy?.deadLetterTopic;
+  if (!target) {
+    findings.push({
+      level: 'error',
+      message:
+        'no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked (600 s at a time) instead of being dead-lettered',
+    });
+    return;
+  }
+  const found = await topicExists(pubsub, target, settings.connectTimeoutMs);
   findings.push(
-    target
+    found === 'exists'
       ? { level: 'ok', message: `dead-lettered messages are published to ${target} with their reason` }
-      : {
-          level: 'error',
-          message:
-            'no dead-letter topic (no broker.deadLetterTopic, no dead-letter policy): poison messages are parked (600 s at a time) instead of being dead-lettered',
-        },
+      : found === 'missing'
+        ? {
+            level: 'error',
+            message: `the dead-letter topic ${target} does not exist: start() fails, and poison messages could not be dead-lettered`,
+          }
+        : {
+            level: 'warn',
+            message: `dead-lettered messages are published to ${target}, which could not be checked: ${found.unknown.message}`,
+          },
   );
 }
 

@@ -196,6 +196,35 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
   };
 }
 
+/**
+ * `broker.maxExtensionMs` by default is `handlerTimeoutMs` plus this: time for what runs
+ * before the handler (the claim, a duplicate waiting on another's marker row) and after
+ * it (rollback or commit, the settlement).
+ */
+const DEFAULT_EXTENSION_GRACE_MS = 60_000;
+
+/**
+ * The cap of lease renewal for a consumer whose handlers time out after
+ * `handlerTimeoutMs`: `broker.maxExtensionMs`, which may not be below it (the lease would
+ * lapse while the handler may still commit), or `handlerTimeoutMs` + 60 s. Throws a
+ * `ConfigError` naming `broker.maxExtensionMs`.
+ *
+ * @example
+ * ```ts
+ * const capMs = maxExtensionMsFor(parsePubSubConfig(broker), 30_000); // 90_000
+ * ```
+ */
+export function maxExtensionMsFor(settings: PubSubSettings, handlerTimeoutMs: number): number {
+  const { maxExtensionMs } = settings;
+  if (maxExtensionMs !== undefined && maxExtensionMs < handlerTimeoutMs) {
+    throw new ConfigError(
+      'broker.maxExtensionMs',
+      `must be at least handlerTimeoutMs (${handlerTimeoutMs}), got ${maxExtensionMs}: the lease would lapse while the handler may still commit`,
+    );
+  }
+  return maxExtensionMs ?? handlerTimeoutMs + DEFAULT_EXTENSION_GRACE_MS;
+}
+
 /** The ID part must not start with `goog` (reserved by the service). */
 function validName(pattern: RegExp, name: string): boolean {
   return pattern.test(name) && !/^goog/i.test(name.split('/').pop()!);

@@ -22,6 +22,29 @@ export interface SubscriptionFacts {
   deadLetterPolicy?: { deadLetterTopic: string; maxDeliveryAttempts: number };
   retryPolicy?: { minimumBackoffMs: number; maximumBackoffMs: number };
   detached: boolean;
+  /**
+   * How the service delivers, when it is not pulled: a push endpoint, or an export to
+   * BigQuery or Cloud Storage. Such a subscription refuses Pull and StreamingPull.
+   */
+  delivery?: { push: string } | { export: 'BigQuery' | 'Cloud Storage' };
+}
+
+/**
+ * Why a consumer cannot pull from this subscription (detached, push, an export), or
+ * undefined when it can.
+ *
+ * @example
+ * ```ts
+ * const why = notPullable(facts); // 'is a push subscription (endpoint https://…)'
+ * ```
+ */
+export function notPullable(facts: SubscriptionFacts): string | undefined {
+  if (facts.detached) return 'is detached from its topic: it receives nothing and cannot be pulled from';
+  const { delivery } = facts;
+  if (delivery === undefined) return undefined;
+  return 'push' in delivery
+    ? `is a push subscription (endpoint ${delivery.push}): the service refuses to be pulled from it (FAILED_PRECONDITION). Use a pull subscription, or make this one pull (an empty push config)`
+    : `is a ${delivery.export} export subscription: the service refuses to be pulled from it. Use a pull subscription`;
 }
 
 function durationMs(
@@ -59,6 +82,13 @@ export async function readSubscriptionFacts(
   }
   const deadLetter = metadata.deadLetterPolicy;
   const retry = metadata.retryPolicy;
+  const delivery = metadata.pushConfig?.pushEndpoint
+    ? { push: metadata.pushConfig.pushEndpoint }
+    : metadata.bigqueryConfig?.table
+      ? { export: 'BigQuery' as const }
+      : metadata.cloudStorageConfig?.bucket
+        ? { export: 'Cloud Storage' as const }
+        : undefined;
   return {
     name,
     topic: metadata.topic ?? '',
@@ -83,5 +113,30 @@ export async function readSubscriptionFacts(
         }
       : {}),
     detached: !!metadata.detached,
+    ...(delivery ? { delivery } : {}),
   };
+}
+
+/**
+ * Whether a topic exists (GetTopic), within `timeoutMs`: `'missing'` for NOT_FOUND, else
+ * the error that kept the question open (a consumer allowed to publish to a topic is not
+ * always allowed to read it: PERMISSION_DENIED says nothing about its existence).
+ *
+ * @example
+ * ```ts
+ * if ((await topicExists(pubsub, 'payments-dead-letters')) === 'missing') throw new Error('no such topic');
+ * ```
+ */
+export async function topicExists(
+  pubsub: PubSub,
+  name: string,
+  timeoutMs?: number,
+): Promise<'exists' | 'missing' | { unknown: Error }> {
+  try {
+    await pubsub.topic(name).getMetadata(timeoutMs ? { timeout: timeoutMs } : undefined);
+    return 'exists';
+  } catch (error) {
+    if ((error as { code?: unknown }).code === NOT_FOUND) return 'missing';
+    return { unknown: error as Error };
+  }
 }

@@ -121,6 +121,26 @@ describe('diagnose()', () => {
     expect(errors.join('\n')).toContain('no dead-letter topic');
     expect(report.findings.map((f) => f.message).join('\n')).toContain('exactly-once delivery is off');
   });
+
+  // The adapter refuses a broker.maxExtensionMs below handlerTimeoutMs (a ConfigError at
+  // construction), so `oncely doctor` must not call that configuration fine.
+  it('reports a maxExtensionMs below handlerTimeoutMs as the error the consumer would refuse to start with', async () => {
+    const report = await diagnose({
+      name: 'c',
+      broker: {
+        type: 'pubsub',
+        projectId: PROJECT,
+        apiEndpoint: emulator.address,
+        subscription: 'payments',
+        maxExtensionMs: 10_000,
+      },
+      store: undefined as never,
+      handler: async () => {},
+      handlerTimeoutMs: 60_000,
+    });
+    expect(report.findings.map((f) => f.level)).toEqual(['error']);
+    expect(report.findings[0]!.message).toContain('broker.maxExtensionMs');
+  });
 });
 
 describe('publishWithId', () => {

@@ -56,28 +56,33 @@ describe('deadLetterAttributes', () => {
     expect(readDeadLetter(copy)).toMatchObject({ moved: { t: '1' }, cut: [] });
   });
 
-  it('names an original attribute it could not keep anywhere', () => {
-    // Every attribute near 1 KB: none fits in Oncely's attribute next to the rest.
+  it("keeps every original attribute whole when Oncely's information has no room", () => {
+    // 99 attributes near 1 KB and the ID: none moves whole into Oncely's attribute next
+    // to the rest, so the copy carries the original's 100 attributes and nothing else.
     const big = 'x'.repeat(1000);
     const original = { 'message-id': 'a', ...attributes(99, big) };
-    const copy = deadLetterAttributes(original, info, 2, ['message-id']);
-    expect(Object.keys(copy)).toHaveLength(100);
-    const read = readDeadLetter(copy)!;
-    expect(read.moved).toBeUndefined();
-    expect(read.cut).toEqual(['attribute:k000']);
-    expect(Object.values(copy).every((value) => bytes(value) <= 1024)).toBe(true);
+    expect(deadLetterAttributes(original, info, 2, ['message-id'])).toEqual(original);
+    expect(readDeadLetter(original)).toBeUndefined();
   });
 
-  it('keeps the message within 10 MB by folding and dropping', () => {
+  it("cuts Oncely's detail, never an original attribute, to stay within 10 MB", () => {
     const original = { 'message-id': 'a', big: 'y'.repeat(1000) };
-    const copy = deadLetterAttributes(original, { ...info, detail: 'z'.repeat(900) }, 10_000_000 - 1100, [
+    const dataBytes = 10_000_000 - 1500;
+    const copy = deadLetterAttributes(original, { ...info, detail: 'z'.repeat(900) }, dataBytes, [
       'message-id',
     ]);
     const size =
-      10_000_000 -
-      1100 +
-      Object.entries(copy).reduce((sum, [key, value]) => sum + bytes(key) + bytes(value), 0);
+      dataBytes + Object.entries(copy).reduce((sum, [key, value]) => sum + bytes(key) + bytes(value), 0);
     expect(size).toBeLessThanOrEqual(10_000_000);
-    expect(copy['message-id']).toBe('a');
+    expect(copy).toMatchObject(original);
+    const read = readDeadLetter(copy)!;
+    expect(read).toMatchObject({ reason: 'max-attempts', sourceMessageId: '42', cut: ['detail'] });
+    expect(read.detail.startsWith('zzz')).toBe(true);
+  });
+
+  it('carries the original attributes alone when the message is at the 10 MB limit', () => {
+    const original = { 'message-id': 'a', note: 'n' };
+    const dataBytes = 10_000_000 - bytes('message-ida') - bytes('noten');
+    expect(deadLetterAttributes(original, info, dataBytes, ['message-id'])).toEqual(original);
   });
 });

@@ -681,6 +681,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
       ModifyPushConfig: unary((req: { subscription?: string; pushConfig?: unknown }) => {
         const subscription = this.requireSubscription(req.subscription);
         subscription.config = { ...subscription.config, pushConfig: pushConfigOf(req.pushConfig) };
+        this.refusePullIfPush(subscription);
         return {};
       }),
     };
@@ -809,7 +810,19 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     const next = { ...subscription.config };
     this.applySubscriptionFields(next, req.subscription!, fields);
     subscription.config = next;
+    this.refusePullIfPush(subscription);
     return this.subscriptionResource(subscription);
+  }
+
+  /**
+   * The service refuses to be pulled from a push subscription: a subscription made push
+   * ends its open streams and waiting Pulls with what a new one would get.
+   */
+  private refusePullIfPush(subscription: SubscriptionState) {
+    if (!isPush(subscription.config)) return;
+    for (const stream of [...subscription.streams])
+      this.endStream(stream, failedPrecondition(PUSH_NOT_PULLABLE));
+    for (const waiter of subscription.pullWaiters) waiter.deliver([]);
   }
 
   private subscriptionResource(subscription: SubscriptionState): Record<string, unknown> {
@@ -833,6 +846,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
     const req = call.request;
     const subscription = this.requireSubscription(req.subscription);
     if (subscription.config.detached) throw failedPrecondition('The subscription is detached.');
+    if (isPush(subscription.config)) throw failedPrecondition(PUSH_NOT_PULLABLE);
     if (!req.maxMessages || req.maxMessages <= 0) throw invalidArgument('max_messages must be positive.');
     let done = false;
     const waiter: PullWaiter = {
@@ -888,6 +902,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
   private openStream(call: ServerDuplexStream<any, any>, req: StreamingPullRequest): StreamState {
     const subscription = this.requireSubscription(req.subscription);
     if (subscription.config.detached) throw failedPrecondition('The subscription is detached.');
+    if (isPush(subscription.config)) throw failedPrecondition(PUSH_NOT_PULLABLE);
     const seconds = req.streamAckDeadlineSeconds ?? 0;
     if (seconds < this.minAckDeadlineS || seconds > MAX_ACK_DEADLINE_S) {
       throw invalidArgument(
@@ -1155,6 +1170,7 @@ class PubSubEmulatorImpl implements PubSubEmulator {
    */
   private pump(subscription: SubscriptionState) {
     if (subscription.config.detached || !this.subscriptions.has(subscription.name)) return;
+    if (isPush(subscription.config)) return;
     const receivers: Array<StreamState | PullWaiter> = [...subscription.streams, ...subscription.pullWaiters];
     if (receivers.length === 0) return;
     const now = this.now();
@@ -1302,6 +1318,14 @@ interface StreamingPullRequest {
   clientId?: string;
   maxOutstandingMessages?: string | number;
   maxOutstandingBytes?: string | number;
+}
+
+/** What the service answers a Pull or StreamingPull on a push subscription (FAILED_PRECONDITION). */
+const PUSH_NOT_PULLABLE = 'This method is not supported for push subscriptions.';
+
+/** A push subscription: its push config names an endpoint. */
+function isPush(config: SubscriptionConfig): boolean {
+  return !!(config.pushConfig as { pushEndpoint?: string } | undefined)?.pushEndpoint;
 }
 
 function view(entry: SubMessage): EmulatedMessageView {

@@ -19,6 +19,12 @@ export type SettlementRpc = 'Acknowledge' | 'ModifyAckDeadline';
 export interface SettlementFailure {
   /** How many requests fail (each counts once, whatever its ack IDs). */
   count: number;
+  /**
+   * Fail only one matching request in every `every` (the `every`-th, the `2 × every`-th,
+   * ...), and let the others through: a steady rate of failures under load (20 is 5 %)
+   * rather than an outage. @default 1 (every matching request)
+   */
+  every?: number;
   /** @default both */
   rpc?: SettlementRpc;
   /** Only requests for this subscription (full name). @default any */
@@ -63,6 +69,8 @@ export interface SettlementFailureHandle {
 
 interface ActiveFailure extends SettlementFailureHandle {
   spec: SettlementFailure;
+  /** Counts a matching request; true when this one is to fail (see `every`). */
+  due(): boolean;
   take(ackIds: readonly string[]): void;
 }
 
@@ -78,7 +86,10 @@ export class SettlementFaults {
   add(spec: SettlementFailure): SettlementFailureHandle {
     if (!Number.isInteger(spec.count) || spec.count < 1)
       throw new RangeError('count must be a positive integer');
+    const every = spec.every ?? 1;
+    if (!Number.isInteger(every) || every < 1) throw new RangeError('every must be a positive integer');
     let failed = 0;
+    let matched = 0;
     let cleared = false;
     const ackIds: string[] = [];
     const failure: ActiveFailure = {
@@ -96,6 +107,7 @@ export class SettlementFaults {
         cleared = true;
         this.forget(failure);
       },
+      due: () => ++matched % every === 0,
       take: (ids) => {
         failed++;
         ackIds.push(...ids);
@@ -113,12 +125,13 @@ export class SettlementFaults {
     ackIds: readonly string[],
     ackDeadlineSeconds?: number,
   ): ApiError | undefined {
-    const failure = this.active.find(({ spec }) => {
+    const failure = this.active.find((candidate) => {
+      const { spec } = candidate;
       if (spec.rpc !== undefined && spec.rpc !== rpc) return false;
       if (spec.subscription !== undefined && spec.subscription !== subscription) return false;
       if (spec.ackDeadlineSeconds !== undefined && spec.ackDeadlineSeconds !== ackDeadlineSeconds)
         return false;
-      return true;
+      return candidate.due();
     });
     if (!failure) return undefined;
     failure.take(ackIds);

@@ -4,7 +4,8 @@ import { invalidArgument } from './apiError.js';
  * A subscription's push config as the service keeps it: the request's fields when it
  * names a push endpoint (an http or https URL), else `{}`, the empty config the service
  * returns for a pull subscription (the official samples read `metadata.pushConfig`).
- * Messages of a push subscription are not delivered by HTTP here; they stay pullable.
+ * Messages of a push subscription are not delivered by HTTP here, nor pullable: Pull and
+ * StreamingPull are refused with FAILED_PRECONDITION, as the service refuses them.
  *
  * @example
  * ```ts

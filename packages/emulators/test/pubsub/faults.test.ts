@@ -136,6 +136,48 @@ describe('failSettlements', () => {
   });
 });
 
+describe('failSettlements every', () => {
+  it('fails one matching request in every N and lets the others through', async () => {
+    const { subscription, message } = await receivedOnce(false);
+    const client = subscriberClientFor(emulator);
+    try {
+      // Only this test's requests (deadline 30 s): the client's own modAcks of the
+      // subscription (receipt, lease, nack on close) must not move the count.
+      const rate = emulator.failSettlements({
+        rpc: 'ModifyAckDeadline',
+        subscription: subscription.name,
+        ackDeadlineSeconds: 30,
+        count: 2,
+        every: 3,
+      });
+      const noRetry = { retry: { retryCodes: [], backoffSettings: { totalTimeoutMillis: 5000 } } } as never;
+      const results: Array<string | number | undefined> = [];
+      for (let i = 0; i < 8; i++) {
+        results.push(
+          await client
+            .modifyAckDeadline(
+              { subscription: subscription.name, ackIds: [message.ackId], ackDeadlineSeconds: 30 },
+              noRetry,
+            )
+            .then(
+              () => 'ok',
+              (e: { code?: number }) => e.code,
+            ),
+        );
+      }
+      // The 3rd and 6th fail; then the failure is used up (count 2).
+      const U = status.UNAVAILABLE;
+      expect(results).toEqual(['ok', 'ok', U, 'ok', 'ok', U, 'ok', 'ok']);
+      expect(rate.failed).toBe(2);
+      expect(rate.remaining).toBe(0);
+      expect(() => emulator.failSettlements({ count: 1, every: 0 })).toThrow(RangeError);
+    } finally {
+      await client.close();
+      await subscription.close();
+    }
+  });
+});
+
 describe('endStreams', () => {
   it('ends the streams with NOT_FOUND: the client closes its subscriber and does not reopen', async () => {
     const [topic] = await pubsub.createTopic(uniqueName('end'));

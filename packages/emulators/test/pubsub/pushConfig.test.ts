@@ -1,7 +1,7 @@
 import type { PubSub } from '@google-cloud/pubsub';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clientFor, codeOf, startEmulator, uniqueName } from './support.js';
+import { clientFor, codeOf, startEmulator, subscriberClientFor, uniqueName, waitFor } from './support.js';
 
 // Push configs with the real client: stored and returned by CreateSubscription,
 // ModifyPushConfig and UpdateSubscription, and an empty push config on a pull
@@ -9,6 +9,7 @@ import { clientFor, codeOf, startEmulator, uniqueName } from './support.js';
 // metadata.pushConfig). Delivery by HTTP POST is not emulated (docs/pubsub.md).
 
 const INVALID_ARGUMENT = 3;
+const FAILED_PRECONDITION = 9;
 
 let emulator: PubSubEmulator;
 let pubsub: PubSub;
@@ -71,5 +72,44 @@ describe('push configs', () => {
     expect(await codeOf(subscription.modifyPushConfig({ pushEndpoint: 'ftp://x.example.com' }))).toBe(
       INVALID_ARGUMENT,
     );
+  });
+
+  // The service refuses to be pulled from a push subscription ("This method is not
+  // supported for push subscriptions.", FAILED_PRECONDITION): a consumer pointed at one
+  // must fail here as it fails there, not receive its messages.
+  it('refuses Pull and StreamingPull on a push subscription, and ends the streams of one made push', async () => {
+    const [topic] = await pubsub.createTopic(uniqueName('no-pull'));
+    const [push] = await topic.createSubscription(uniqueName('no-pull-push'), {
+      pushConfig: { pushEndpoint: endpoint },
+    });
+    const client = subscriberClientFor(emulator);
+    try {
+      expect(await codeOf(client.pull({ subscription: push.name, maxMessages: 1 }))).toBe(
+        FAILED_PRECONDITION,
+      );
+      const errors: Array<{ code?: number }> = [];
+      push.on('error', (error) => errors.push(error));
+      push.on('message', () => {});
+      await waitFor(() => errors.length > 0, 10_000, 'the stream refused');
+      expect(errors[0]!.code).toBe(FAILED_PRECONDITION);
+      await push.close();
+
+      // A pull subscription switched to push: its open streams end the same way.
+      const [pull] = await topic.createSubscription(uniqueName('no-pull-switched'));
+      const switched: Array<{ code?: number }> = [];
+      pull.on('error', (error) => switched.push(error));
+      pull.on('message', () => {});
+      await waitFor(
+        () => (emulator.inspectSubscription(pull.name)?.streams ?? 0) > 0,
+        10_000,
+        'its stream open',
+      );
+      await client.modifyPushConfig({ subscription: pull.name, pushConfig: { pushEndpoint: endpoint } });
+      await waitFor(() => switched.length > 0, 10_000, 'its stream ended');
+      expect(switched[0]!.code).toBe(FAILED_PRECONDITION);
+      await pull.close();
+    } finally {
+      await client.close();
+    }
   });
 });
