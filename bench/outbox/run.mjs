@@ -189,6 +189,108 @@ async function steadyRound(variant, round, producer) {
   }
 }
 
+/**
+ * Healthy keys' drain rate with a permanently failing key parked in front of them: the
+ * failing key's 10 × BATCH rows are written first (the worst place), then BACKLOG rows over
+ * 50 healthy keys; the rate counts the healthy rows only. 'without' writes no failing key.
+ */
+async function stalledRound(variant, round, producer) {
+  const store = await freshStore(`stall_${variant}`, round);
+  try {
+    if (variant === 'with') {
+      for (let start = 0; start < 10 * BATCH; start += BATCH) {
+        await store.transaction(async (tx) => {
+          for (let i = start; i < start + BATCH; i++)
+            await publishInTransaction(store, tx, queue, { i }, { id: `bad-${i}`, key: 'bad' });
+        });
+      }
+    }
+    for (let start = 0; start < BACKLOG; start += BATCH) {
+      await store.transaction(async (tx) => {
+        for (let i = start; i < Math.min(BACKLOG, start + BATCH); i++)
+          await publishInTransaction(
+            store,
+            tx,
+            queue,
+            { i, pad: 'x'.repeat(100) },
+            { id: `ok-${i}`, key: `k${i % 50}` },
+          );
+      });
+    }
+    const failing = {
+      send: (messages) =>
+        Promise.all(
+          messages.map((m) =>
+            m.key === 'bad'
+              ? { ok: false, error: new Error('destination down') }
+              : producer.send([m]).then((r) => r[0]),
+          ),
+        ),
+    };
+    const relay = createRelay({
+      store,
+      producers: failing,
+      batchSize: BATCH,
+      maxAttempts: 1_000_000,
+      backoff: { initialMs: 200, maxMs: 200 },
+      logger: quiet,
+    });
+    const healthyPending = async () =>
+      (
+        await store.transaction((tx) =>
+          tx.query(
+            `SELECT count(*)::int AS n FROM "${store.schema}".outbox WHERE status = 'pending' AND key <> 'bad'`,
+          ),
+        )
+      ).rows[0].n;
+    const t0 = performance.now();
+    await relay.start();
+    while ((await healthyPending()) > 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    const elapsed = performance.now() - t0;
+    await relay.stop();
+    return { perSecond: BACKLOG / (elapsed / 1000) };
+  } finally {
+    await drop(store);
+  }
+}
+
+/**
+ * What per-key order costs the writer: WRITES transactions of one publish each, from
+ * `concurrency` writers, keyed (100 keys; a keyed write locks its key's outbox_keys row
+ * and takes a number) or unkeyed (no lock): transactions per second.
+ */
+async function writeRound(variant, round) {
+  const [kind, c] = variant.split(' c=');
+  const concurrency = Number(c);
+  const store = await freshStore(`w_${kind}_${c}`, round);
+  const WRITES = 2000;
+  try {
+    let next = 0;
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        for (let i = next++; i < WRITES; i = next++) {
+          await store.transaction((tx) =>
+            publishInTransaction(
+              store,
+              tx,
+              queue,
+              { i },
+              {
+                id: `w-${i}`,
+                ...(kind === 'keyed' ? { key: `k${i % 100}` } : {}),
+              },
+            ),
+          );
+        }
+      }),
+    );
+    return { perSecond: WRITES / ((performance.now() - t0) / 1000) };
+  } finally {
+    await drop(store);
+  }
+}
+
 async function drop(store) {
   await store.transaction((tx) => tx.query(`DROP SCHEMA "${store.schema}" CASCADE`)).catch(() => {});
   await store.close();
@@ -215,6 +317,20 @@ async function main() {
       Object.fromEntries(variants.map((v) => [v, (round) => steadyRound(v, round, producer)])),
       (round) => progress(`  steady round ${round + 1}/${ROUNDS}`),
     );
+    const stalled = await interleaved(
+      ROUNDS,
+      {
+        without: (round) => stalledRound('without', round, producer),
+        with: (round) => stalledRound('with', round, producer),
+      },
+      (round) => progress(`  stalled-key round ${round + 1}/${ROUNDS}`),
+    );
+    const writeVariants = ['unkeyed c=1', 'keyed c=1', 'unkeyed c=8', 'keyed c=8'];
+    const writes = await interleaved(
+      ROUNDS,
+      Object.fromEntries(writeVariants.map((v) => [v, (round) => writeRound(v, round)])),
+      (round) => progress(`  write round ${round + 1}/${ROUNDS}`),
+    );
     const summary = Object.fromEntries(
       variants.map((v) => [
         v,
@@ -238,6 +354,19 @@ async function main() {
     console.log(
       `\nrelay / hand loop drain: ${(summary.relay.drainPerSecond / summary['hand loop'].drainPerSecond).toFixed(2)}×`,
     );
+    const healthyWithout = median(stalled.without.map((r) => r.perSecond));
+    const healthyWith = median(stalled.with.map((r) => r.perSecond));
+    console.log(
+      `\nhealthy keys with a permanently failing key (${10 * BATCH} rows behind it) / without: ${formatRate(healthyWith)} / ${formatRate(healthyWithout)} msgs/s = ${((100 * healthyWith) / healthyWithout).toFixed(0)} %`,
+    );
+    const writeSummary = Object.fromEntries(
+      writeVariants.map((v) => [v, median(writes[v].map((r) => r.perSecond))]),
+    );
+    console.log('\n| writes (1 publish per transaction) | transactions/s |\n|---|---:|');
+    for (const v of writeVariants) console.log(`| ${v} | ${formatRate(writeSummary[v])} |`);
+    console.log(
+      `keyed / unkeyed: c=1 ${(writeSummary['keyed c=1'] / writeSummary['unkeyed c=1']).toFixed(2)}×, c=8 ${(writeSummary['keyed c=8'] / writeSummary['unkeyed c=8']).toFixed(2)}×`,
+    );
     emitResult({
       scenario: 'outbox',
       settings: {
@@ -250,7 +379,9 @@ async function main() {
         broker: 'rabbitmq',
       },
       summary,
-      rounds: { drain, steady },
+      stalled: { healthyWithout, healthyWith, ratio: healthyWith / healthyWithout },
+      writes: writeSummary,
+      rounds: { drain, steady, stalled, writes },
     });
   } finally {
     await producer.close();

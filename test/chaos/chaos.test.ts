@@ -5,7 +5,7 @@
  * checks are in support.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { chaos, expectExactlyOnce, hasPostgres, hasRabbit } from './support.js';
+import { chaos, expectExactlyOnce, hasPostgres, hasRabbit, withEnv } from './support.js';
 
 describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kills and outages', () => {
   it('memory broker (in-process virtual processes)', async () => {
@@ -37,17 +37,3 @@ describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kil
     expect(failed, 'ack/modAck requests failed transiently').toBeGreaterThan(0);
   });
 });
-
-/** Runs `work` with `vars` set in this process's environment (the chaos backend reads them). */
-async function withEnv<T>(vars: Record<string, string>, work: () => Promise<T>): Promise<T> {
-  const before = Object.fromEntries(Object.keys(vars).map((name) => [name, process.env[name]]));
-  Object.assign(process.env, vars);
-  try {
-    return await work();
-  } finally {
-    for (const [name, value] of Object.entries(before)) {
-      if (value === undefined) delete process.env[name];
-      else process.env[name] = value;
-    }
-  }
-}

@@ -111,10 +111,15 @@ function expectFaultsFired(
   options: { brokerRestart?: boolean; brokerDrop?: boolean; kills?: number } = {},
 ): void {
   const happened = (prefix: string) => result.timeline.some((t) => t.what.startsWith(prefix));
-  expect(result.kills, 'kills').toBe(options.kills ?? SMALL.kills);
-  expect(result.killsBy.random, 'kills at a random moment').toBeGreaterThanOrEqual(1);
-  expect(result.killsBy.beforeCommit, 'kills at the before-commit crash point').toBeGreaterThanOrEqual(1);
-  expect(result.killsBy.afterCommit, 'kills at the after-commit crash point').toBeGreaterThanOrEqual(1);
+  // A fault that did not fire says why in the run's timeline: CI shows only the failure.
+  const timeline = result.timeline.map((t) => `${(t.atMs / 1000).toFixed(1)} s ${t.what}`).join('\n');
+  const why = (fault: string) => `${fault}; the run's timeline:\n${timeline}\n`;
+  expect(result.kills, why('kills')).toBe(options.kills ?? SMALL.kills);
+  expect(result.killsBy.random, why('kills at a random moment')).toBeGreaterThanOrEqual(1);
+  expect(result.killsBy.beforeCommit, why('kills at the before-commit crash point')).toBeGreaterThanOrEqual(
+    1,
+  );
+  expect(result.killsBy.afterCommit, why('kills at the after-commit crash point')).toBeGreaterThanOrEqual(1);
   expect(result.ackDropped, 'acks dropped').toBeGreaterThan(0);
   expect(result.stalls, 'handler stalls past the lease').toBeGreaterThan(0);
   expect(result.duplicatesSkipped, 'duplicates skipped').toBeGreaterThan(0);
@@ -122,4 +127,18 @@ function expectFaultsFired(
   expect(happened('database reachable again'), 'the database back after its cut').toBe(true);
   if (options.brokerDrop) expect(happened('broker connections dropped'), 'a broker drop').toBe(true);
   if (options.brokerRestart) expect(happened('broker restart done'), 'a broker restart').toBe(true);
+}
+
+/** Runs `work` with `vars` set in this process's environment (the chaos backend reads them). */
+export async function withEnv<T>(vars: Record<string, string>, work: () => Promise<T>): Promise<T> {
+  const before = Object.fromEntries(Object.keys(vars).map((name) => [name, process.env[name]]));
+  Object.assign(process.env, vars);
+  try {
+    return await work();
+  } finally {
+    for (const [name, value] of Object.entries(before)) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  }
 }

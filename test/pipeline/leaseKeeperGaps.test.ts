@@ -4,21 +4,23 @@ import { PostgresStore } from '@oncely/postgres';
 import { waitFor } from '@oncely/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-// CORE DEFECTS found by the Pub/Sub hostile pass and left to the core (each test is
-// it.fails: it passes while the defect is there; fixed, it fails, and becomes it()).
+// Two lease keeper defects found by the Pub/Sub hostile pass. Both tests were it.fails
+// while the defect was there (they passed by failing); the core now passes them.
 //
-// 1. The lease keeper renews until the settlement is confirmed, including while a hand-back settlement
-// (retryLater, release, deadLetter) is on its way. A renewal that reaches the broker
-// after a delayed retry or a park undoes it: on Pub/Sub it set the deadline of a message
-// parked for 600 s back to one lease; on SQS a ChangeMessageVisibility(lease) after the
-// ChangeMessageVisibility(backoff) of retryLater would cut the backoff short. The
-// Pub/Sub adapter guards itself (PubSubDelivery.renewalsStopped); the others do not.
-// Expected: once the core has asked for a hand-back, it calls extendLease no more.
+// 1. The lease keeper renewed until the settlement was confirmed, including while a
+// hand-back settlement (retryLater, release, deadLetter) was on its way. A renewal that
+// reached the broker after a delayed retry or a park undid it: on Pub/Sub it set the
+// deadline of a message parked for 600 s back to one lease; on SQS a
+// ChangeMessageVisibility(lease) after the ChangeMessageVisibility(backoff) of retryLater
+// would cut the backoff short. Now the settlement hands the lease over first
+// (LeaseKeeper.handOver): no renewal once the core has asked for a settlement, and the
+// settlement waits for the one still on its way.
 //
-// 2. The keeper's first renewal comes half a lease after dispatch whatever
-// Delivery.leaseExpiresAt says: a delivery handed over with less than that left (it
-// waited in the adapter, renewed by it meanwhile) is renewed after its deadline. The
-// Pub/Sub adapter renews such deliveries itself as it dispatches them.
+// 2. The keeper's first renewal came half a lease after dispatch whatever
+// Delivery.leaseExpiresAt said: a delivery handed over with less than that left (it
+// waited in the adapter, renewed by it meanwhile) was renewed after its deadline. Now the
+// first renewal comes once no more than half a lease is left of the delivery's own lease
+// (here: at once).
 
 let store: PostgresStore;
 beforeAll(async () => {
@@ -69,7 +71,7 @@ class SlowHandBackAdapter implements BrokerAdapter {
 }
 
 describe('the lease keeper and a hand-back settlement', () => {
-  it.fails('renews no more once retryLater was asked for (core defect: it does)', async () => {
+  it('renews no more once retryLater was asked for', async () => {
     const adapter = new SlowHandBackAdapter();
     const consumer = new Consumer(
       {
@@ -93,6 +95,75 @@ describe('the lease keeper and a hand-back settlement', () => {
       const askedAt = adapter.calls.indexOf('retryLater');
       // The keeper renews every 100 ms: during the 500 ms retryLater it renewed ~5 times.
       expect(adapter.calls.slice(askedAt).filter((call) => call === 'extendLease')).toEqual([]);
+    } finally {
+      await consumer.stop();
+    }
+  });
+});
+
+/** One delivery with a 1 s lease (renewed at 500 ms) whose renewal takes 300 ms to be answered. */
+class SlowRenewalAdapter implements BrokerAdapter {
+  readonly type = 'slow-renewal';
+  readonly defaultIdStrategy = { attribute: 'message-id' } as const;
+  readonly lease = { extendByMs: 1000 };
+  runtime!: AdapterRuntime;
+  readonly calls: string[] = [];
+
+  async start(runtime: AdapterRuntime): Promise<void> {
+    this.runtime = runtime;
+  }
+  async stop(): Promise<void> {}
+  async close(): Promise<void> {}
+
+  deliver(): Promise<void> {
+    const delivery: Delivery = {
+      envelope: { body: '{}', attributes: { 'message-id': 'm1' }, source: 'slow-renewal', raw: null },
+      ack: async () => {
+        this.calls.push('ack');
+      },
+      retryLater: async () => {
+        this.calls.push('retryLater');
+      },
+      deadLetter: async () => {
+        this.calls.push('deadLetter');
+      },
+      release: async () => {
+        this.calls.push('release');
+      },
+      extendLease: async () => {
+        this.calls.push('extendLease');
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        this.calls.push('extendLease answered');
+      },
+    };
+    return this.runtime.dispatch(delivery);
+  }
+}
+
+describe('the lease keeper and a renewal on its way when the settlement starts', () => {
+  it('sends the hand-back only once the renewal sent before it was answered', async () => {
+    const adapter = new SlowRenewalAdapter();
+    const consumer = new Consumer(
+      {
+        name: 'renewal-in-flight',
+        broker: { type: 'memory' },
+        store,
+        logger: silentLogger,
+        backoff: { initialMs: 30_000, maxMs: 30_000 },
+        handler: async () => {
+          // Fails while the first renewal is on its way to the broker.
+          await waitFor(() => adapter.calls.includes('extendLease'), { timeoutMs: 5_000 });
+          throw new Error('fails: retried later');
+        },
+      },
+      adapter,
+    );
+    await consumer.start();
+    try {
+      await adapter.deliver();
+      // The broker may apply the renewal at any time until it answers: a retryLater sent
+      // before that could be undone by it.
+      expect(adapter.calls).toEqual(['extendLease', 'extendLease answered', 'retryLater']);
     } finally {
       await consumer.stop();
     }
@@ -134,7 +205,7 @@ class ShortLeftAdapter implements BrokerAdapter {
 }
 
 describe("the lease keeper and a delivery's own lease end", () => {
-  it.fails('renews a delivery before the lease it was handed over with ends (core defect: half a lease after dispatch)', async () => {
+  it('renews a delivery before the lease it was handed over with ends, not half a lease after dispatch', async () => {
     const adapter = new ShortLeftAdapter();
     const consumer = new Consumer(
       {

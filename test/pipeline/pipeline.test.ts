@@ -1,7 +1,7 @@
 import type { ConsumerConfig, ConsumerEvent, ConsumerEventName, Handler, SqlClient } from '@oncely/core';
 import { Consumer, HandlerTimeoutError, LeaseLostError, StoreUnavailableError } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
-import { Latch } from '@oncely/testkit';
+import { Latch, waitFor } from '@oncely/testkit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ScriptedAdapter } from './ScriptedAdapter.js';
 
@@ -184,7 +184,8 @@ describe('pipeline (transactional)', () => {
     const { events, consumer } = await startConsumer(
       {
         handler: async (m, ctx) => {
-          await new Promise((resolve) => setTimeout(resolve, 150));
+          // Renewed twice (state, not a 150 ms pause) before the lease is lost.
+          await waitFor(() => adapter.extensions >= 2, { description: 'two lease renewals' });
           adapter.leaseLost = true;
           await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
           reason = ctx.signal.reason;
@@ -274,7 +275,19 @@ describe('pipeline (leased mode)', () => {
     const key = { consumer: `pipeline-${table}`, messageId: 'orphan' };
     const stale = await store.acquireLease(key, 100);
     expect(stale.status).toBe('acquired');
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    // Expired on the database clock (the one acquireLease judges by), not after a local sleep.
+    await waitFor(
+      async () => {
+        const { rows } = await store.transaction((tx) =>
+          tx.query<{ expired: boolean }>(
+            'SELECT locked_until <= now() AS expired FROM oncely.processed_messages WHERE consumer = $1 AND message_id = $2',
+            [key.consumer, key.messageId],
+          ),
+        );
+        return rows[0]?.expired;
+      },
+      { description: "the orphan's 100 ms claim expired" },
+    );
     const { adapter, events, consumer } = await startConsumer({ mode: 'leased', handler: async () => 'ok' });
     expect(await adapter.deliver({ id: 'orphan' })).toEqual({ kind: 'ack' });
     expect(events.map(([name]) => name)).toEqual(['takeover', 'processed']);

@@ -20,6 +20,15 @@ export function parseDuration(text: string): number {
 }
 
 /** Bad command-line usage: the CLI prints it with the usage and exits with code 2. */
+/** A duration given as an option's value; an error names the option. */
+export function durationOption(option: string, text: string): number {
+  try {
+    return parseDuration(text);
+  } catch (error) {
+    throw new UsageError(`${option}: ${(error as Error).message}`);
+  }
+}
+
 export class UsageError extends Error {
   override name = 'UsageError';
 }

@@ -5,7 +5,6 @@ import {
   loadAdapterModule,
   loadConfig,
 } from '@oncely/core';
-import { UsageError } from './duration.js';
 import type { CliIo } from './main.js';
 import type { MarkerRow, OpenedStore } from './stores.js';
 
@@ -39,15 +38,19 @@ export function explainMessage(
   );
 }
 
+/** The message `oncely inspect` explains (checked by the CLI before the store opens). */
+export interface InspectTarget {
+  consumer: string;
+  messageId: string;
+}
+
 /** `oncely inspect CONSUMER MESSAGE_ID`: the marker, the attempt counter, and what they mean. */
 export async function inspect(
   { store, queries }: OpenedStore,
-  positionals: string[],
+  { consumer, messageId }: InspectTarget,
   io: CliIo,
   configFile?: string,
 ): Promise<number> {
-  const [consumer, messageId] = positionals;
-  if (!consumer || !messageId) throw new UsageError('needs CONSUMER and MESSAGE_ID');
   const maxAttempts = Number(io.env.ONCELY_MAX_ATTEMPTS) || CONSUMER_DEFAULTS.maxAttempts;
   const { marker, attempts } = await store.transaction(async (tx) => {
     const [row] = (await tx.query<Record<string, unknown>>(queries.marker, [consumer, messageId])).rows;
@@ -73,6 +76,11 @@ export async function inspect(
       explanation += `. (${config.broker.type} cannot list its dead letters without consuming them)`;
     }
   }
+  // What an operator discarded from the dead-letter queue (`oncely dlq discard`).
+  const discards = marker ? [] : ((await store.deadLetterLog?.discards(consumer, messageId)) ?? []);
+  for (const d of discards) {
+    explanation += `. Discarded from the dead-letter queue by ${d.discardedBy} at ${iso(d.discardedAt)} (reason '${d.reason}')`;
+  }
   const { expired: _, ...shown } = marker ?? { expired: false };
   io.out.write(
     `${JSON.stringify(
@@ -82,6 +90,7 @@ export async function inspect(
         marker: marker ? shown : null,
         attempts: attempts?.attempts ?? null,
         ...(deadLetters ? { deadLetters } : {}),
+        ...(discards.length ? { discards } : {}),
         explanation,
       },
       null,

@@ -1,12 +1,14 @@
 import { parseArgs } from 'node:util';
 import type { BrokerType, DiagnoseFinding } from '@oncely/core';
 import { isOncelyError, loadAdapterModule, loadConfig } from '@oncely/core';
+import { type DlqArguments, dlqCommand, readDlqArgs } from './dlq.js';
 import { type CheckedConfig, leaseLimitFindings, retentionFindings } from './doctorChecks.js';
-import { parseDuration, UsageError } from './duration.js';
-import { inspect } from './inspect.js';
-import { OUTBOX_USAGE, outboxCommand } from './outbox.js';
-import { prune } from './prune.js';
+import { durationOption, UsageError } from './duration.js';
+import { type InspectTarget, inspect } from './inspect.js';
+import { outboxCommand } from './outbox.js';
+import { type PruneOptions, prune, readPruneArgs } from './prune.js';
 import { type CliStore, type OpenedStore, openCliStore } from './stores.js';
+import { asksForHelp, COMMAND_USAGE, commandUsage, USAGE } from './usage.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
 export interface CliIo {
@@ -15,54 +17,44 @@ export interface CliIo {
   env: Record<string, string | undefined>;
 }
 
-const USAGE = `usage: oncely <command> [options]
-
-commands:
-  migrate                         apply pending schema migrations
-  prune --older-than 14d          delete completed markers older than that (in batches;
-        [--batch-size 1000]       the age needs a unit: d, h, m, s or ms)
-        [--consumer NAME]
-        [--dry-run]               print how many markers would go, delete nothing
-        [--force]                 allow an age under $ONCELY_PRUNE_MIN_AGE (default 1h)
-  stats [--consumer NAME]         markers per consumer and status, attempt counters
-  inspect CONSUMER MESSAGE_ID     one message's marker and attempt counter, and what they
-        [--config FILE]           mean (processed, in progress, retried, dead-lettered);
-                                  with a broker config, what its DLQ holds (Service Bus)
-  doctor [--config FILE]          check the store, the broker (the adapter's diagnose()),
-        [--retention 14d]         handlerTimeoutMs against the broker's lease limit, and
-                                  the prune age against the broker's redelivery horizon
-${OUTBOX_USAGE}
-
-common options:
-  --database-url URL              default: $DATABASE_URL, else $ONCELY_STORE_URL;
-                                  postgres://... (@oncely/postgres) or mysql://...
-                                  (@oncely/mysql, MySQL 8.0+ / MariaDB 10.6+)
-  --schema NAME                   default: $ONCELY_SCHEMA or 'oncely' (MySQL: the database)
-`;
-
-/** Exit codes: 0 ok, 1 a check or command failed, 2 bad usage. */
+/**
+ * Exit codes: 0 ok, 1 a check or command failed (`inspect`: no marker; `dlq replay|discard`:
+ * an `--id` not in the DLQ), 2 bad usage (`dlq discard` without `--yes` included).
+ */
 export async function main(argv: string[], io: CliIo): Promise<number> {
   const [command, ...rest] = argv;
   if (!command || command === '--help' || command === '-h' || command === 'help') {
-    io.out.write(USAGE);
+    const topic = command === 'help' ? rest[0] : undefined;
+    if (topic !== undefined && COMMAND_USAGE[topic] === undefined) {
+      io.err.write(`oncely help: unknown command '${topic}'\n\n${USAGE}`);
+      return 2;
+    }
+    io.out.write(topic === undefined ? USAGE : commandUsage(topic));
     return command ? 0 : 2;
   }
-  if (command === 'outbox') return outboxCommand(rest, io);
-  let parsed: ReturnType<typeof parse>;
-  try {
-    parsed = parse(rest);
-  } catch (error) {
-    io.err.write(`oncely ${command}: ${(error as Error).message}\n\n${USAGE}`);
-    return 2;
-  }
-  const { values, positionals } = parsed;
-  const connectionString = values['database-url'] ?? (io.env.DATABASE_URL || io.env.ONCELY_STORE_URL);
-  const schema = values.schema ?? io.env.ONCELY_SCHEMA ?? 'oncely';
-  const needsStore = ['migrate', 'prune', 'stats', 'inspect', 'doctor'].includes(command);
-  if (!needsStore) {
+  if (COMMAND_USAGE[command] === undefined) {
     io.err.write(`oncely: unknown command '${command}'\n\n${USAGE}`);
     return 2;
   }
+  if (asksForHelp(rest)) {
+    io.out.write(commandUsage(command));
+    return 0;
+  }
+  if (command === 'outbox') return outboxCommand(rest, io);
+  let parsed: ReturnType<typeof parse>;
+  let checked: CheckedArguments;
+  try {
+    parsed = parse(rest);
+    // Usage is checked before the store is opened: a typo is named as such, with or
+    // without a database to connect to.
+    checked = checkArguments(command, parsed.values, parsed.positionals, io);
+  } catch (error) {
+    io.err.write(`oncely ${command}: ${(error as Error).message}\n\n${commandUsage(command)}`);
+    return 2;
+  }
+  const { values } = parsed;
+  const connectionString = values['database-url'] ?? (io.env.DATABASE_URL || io.env.ONCELY_STORE_URL);
+  const schema = values.schema ?? io.env.ONCELY_SCHEMA ?? 'oncely';
   if (!connectionString) {
     io.err.write(`oncely ${command}: no database: pass --database-url or set DATABASE_URL\n`);
     return 2;
@@ -80,11 +72,13 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
       case 'migrate':
         return await migrate(store, io);
       case 'prune':
-        return await prune(store, values, io);
+        return await prune(store, checked.prune!, values, io);
       case 'stats':
         return await stats(opened, values.consumer, io);
       case 'inspect':
-        return await inspect(opened, positionals, io, values.config);
+        return await inspect(opened, checked.target!, io, values.config);
+      case 'dlq':
+        return await dlqCommand(opened, checked.dlq!, io, values.config);
       default:
         return await doctor(opened, schema, values, io);
     }
@@ -94,6 +88,34 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
   } finally {
     await store.close();
   }
+}
+
+/** What checkArguments read, so each command uses it as checked rather than reading it again. */
+interface CheckedArguments {
+  /** `inspect`'s CONSUMER and MESSAGE_ID. */
+  target?: InspectTarget;
+  /** `prune`'s age, its text and the batch size. */
+  prune?: PruneOptions;
+  /** `dlq`'s action, consumer and selection. */
+  dlq?: DlqArguments;
+}
+
+/** Throws a UsageError naming the first malformed argument of a store command. */
+function checkArguments(
+  command: string,
+  values: ReturnType<typeof parse>['values'],
+  positionals: string[],
+  io: CliIo,
+): CheckedArguments {
+  if (command === 'dlq') return { dlq: readDlqArgs(positionals, values) };
+  const expected = command === 'inspect' ? 2 : 0;
+  if (command === 'inspect' && positionals.length < expected)
+    throw new UsageError('needs CONSUMER and MESSAGE_ID');
+  if (positionals.length > expected) throw new UsageError(`unexpected argument '${positionals[expected]}'`);
+  if (values.retention !== undefined) durationOption('--retention', values.retention);
+  if (command === 'inspect') return { target: { consumer: positionals[0]!, messageId: positionals[1]! } };
+  if (command === 'prune') return { prune: readPruneArgs(values, io.env) };
+  return {};
 }
 
 function parse(args: string[]) {
@@ -110,6 +132,10 @@ function parse(args: string[]) {
       consumer: { type: 'string' },
       config: { type: 'string' },
       retention: { type: 'string' },
+      json: { type: 'boolean' },
+      group: { type: 'string' },
+      id: { type: 'string', multiple: true },
+      yes: { type: 'boolean' },
     },
   });
 }
@@ -167,7 +193,8 @@ async function doctor(
   io: CliIo,
 ): Promise<number> {
   const configFile = values.config;
-  const retentionMs = values.retention === undefined ? undefined : parseDuration(values.retention);
+  const retentionMs =
+    values.retention === undefined ? undefined : durationOption('--retention', values.retention);
   const findings: DiagnoseFinding[] = [];
   try {
     // ping() runs the store's version guard: a missing, old or newer schema throws.
@@ -185,7 +212,9 @@ async function doctor(
   }
   if (configFile !== undefined || io.env.ONCELY_CONFIG_FILE || io.env.ONCELY_BROKER_TYPE) {
     const config = loadConfig({ env: io.env, file: configFile });
-    const checked = config as CheckedConfig;
+    // Through unknown: once an adapter package's module augmentation is in the program, the
+    // broker section is that adapter's union, which the checks read only loosely.
+    const checked = config as unknown as CheckedConfig;
     findings.push(...leaseLimitFindings(checked), ...retentionFindings(checked, retentionMs));
     const module = await loadAdapterModule(config.broker.type as BrokerType);
     if (module.diagnose) {

@@ -1,4 +1,4 @@
-import { parseDuration, UsageError } from './duration.js';
+import { durationOption, parseDuration, UsageError } from './duration.js';
 import type { CliIo } from './main.js';
 import type { CliStore } from './stores.js';
 
@@ -21,11 +21,42 @@ export interface PruneArgs {
  * 1 h by default) unless `--force`: a marker pruned while its message can still be
  * redelivered lets that message run again.
  */
-export async function prune(store: CliStore, args: PruneArgs, io: CliIo): Promise<number> {
+export async function prune(
+  store: CliStore,
+  { text, olderThan, batchSize }: PruneOptions,
+  args: PruneArgs,
+  io: CliIo,
+): Promise<number> {
+  const scope = { olderThan, consumer: args.consumer };
+  const total = await store.prune({ ...scope, dryRun: true });
+  if (args['dry-run']) {
+    io.out.write(`would delete ${total} markers processed more than ${text} ago (dry run)\n`);
+    return 0;
+  }
+  const progress = progressReporter(io, total);
+  const deleted = await store.prune({ ...scope, batchSize, onProgress: progress.update });
+  progress.done();
+  io.out.write(`deleted ${deleted} markers processed more than ${text} ago\n`);
+  return 0;
+}
+
+/**
+ * Checks `oncely prune`'s options (also before any store is opened): the age, with a unit
+ * and over the minimum unless `--force`, and the batch size.
+ */
+/** `oncely prune`'s options as checked by readPruneArgs. */
+export interface PruneOptions {
+  /** The age as written, for the messages. */
+  text: string;
+  olderThan: number;
+  batchSize: number | undefined;
+}
+
+export function readPruneArgs(args: PruneArgs, env: CliIo['env']): PruneOptions {
   const text = args['older-than'];
   if (!text) throw new UsageError('--older-than is required (e.g. --older-than 14d)');
-  const olderThan = parseDuration(text);
-  const minText = io.env.ONCELY_PRUNE_MIN_AGE || DEFAULT_PRUNE_MIN_AGE;
+  const olderThan = durationOption('--older-than', text);
+  const minText = env.ONCELY_PRUNE_MIN_AGE || DEFAULT_PRUNE_MIN_AGE;
   let minimum: number;
   try {
     minimum = parseDuration(minText);
@@ -43,17 +74,7 @@ export async function prune(store: CliStore, args: PruneArgs, io: CliIo): Promis
     if (!Number.isInteger(batchSize) || batchSize < 1)
       throw new UsageError(`--batch-size must be a positive integer, got '${args['batch-size']}'`);
   }
-  const scope = { olderThan, consumer: args.consumer };
-  const total = await store.prune({ ...scope, dryRun: true });
-  if (args['dry-run']) {
-    io.out.write(`would delete ${total} markers processed more than ${text} ago (dry run)\n`);
-    return 0;
-  }
-  const progress = progressReporter(io, total);
-  const deleted = await store.prune({ ...scope, batchSize, onProgress: progress.update });
-  progress.done();
-  io.out.write(`deleted ${deleted} markers processed more than ${text} ago\n`);
-  return 0;
+  return { text, olderThan, batchSize };
 }
 
 /**

@@ -57,7 +57,10 @@ describe('oncely outbox', () => {
           ),
       },
     });
-    const deadline = Date.now() + 20_000;
+    // Bounded only against a hang: the relay sends rows below the cluster-wide snapshot
+    // xmin, and another suite's session cut off mid-transaction holds them back until its
+    // idle_in_transaction_session_timeout (60 s) ends it.
+    const deadline = Date.now() + 150_000;
     while ((await store.outbox.stats()).pending > 0 && Date.now() < deadline) {
       if ((await relay.runOnce()).claimed === 0) await new Promise((r) => setTimeout(r, 20));
     }
@@ -75,7 +78,7 @@ describe('oncely outbox', () => {
       if ((await relay.runOnce()).claimed === 0) await new Promise((r) => setTimeout(r, 20));
     }
     expect((await run('outbox', '--schema', schema)).out).toMatch(/^pending 0 {2}dead-lettered 0/);
-  });
+  }, 200_000);
 
   it('refuses bad usage', async () => {
     expect((await run('outbox', 'stray', '--schema', schema)).code).toBe(2);

@@ -21,15 +21,15 @@ export interface LeaseKeeperOptions {
 
 /**
  * Keeps one delivery's leases alive — the broker lease and, in leased mode, the DB
- * claim — on one timer, from receipt until the settlement is confirmed. Also while a
- * duplicate waits on another transaction's marker row, and while a batch waits for its
- * commit: the lease must outlive everything that happens before the ack.
+ * claim — on one timer, from receipt until the settlement is sent (see handOver). Also
+ * while a duplicate waits on another transaction's marker row, and while a batch waits
+ * for its commit: the lease must outlive everything that happens before the ack.
  *
  * It enforces its own deadlines because some brokers never report a failed renewal
  * (Pub/Sub without exactly-once delivery acks every modAck): the handler timeout, and
- * the broker's maximum total lease measured from receipt (SQS 12 h). When a renewal
- * fails, a deadline passes or the adapter reports the delivery lost (`Delivery.lost`),
- * `signal` aborts.
+ * the broker's maximum total lease measured from receipt (SQS 12 h), a margin before
+ * the last lease runs out. When a renewal fails, a deadline passes or the adapter
+ * reports the delivery lost (`Delivery.lost`), `signal` aborts.
  */
 export class LeaseKeeper {
   /**
@@ -41,6 +41,20 @@ export class LeaseKeeper {
   private abortedWith: Error | undefined;
   private readonly receivedAt: number;
   private readonly intervalMs: number | undefined;
+  /** The broker lease is renewed here (an adapter lease, an `extendLease`, renewal on). */
+  private readonly brokerRenewable: boolean;
+  /**
+   * When the broker's cap on the total lease (`AdapterLease.maxTotalMs`) ends the last
+   * lease, on our clock; undefined without a cap or without broker renewal.
+   */
+  private readonly brokerCapAt: number | undefined;
+  /** How long before the cap the signal aborts, so the handler can stop while it holds the lease. */
+  private readonly capMarginMs: number;
+  /**
+   * The broker renewal sent last, settled either way: a settlement must land after it
+   * (see handOver), or a renewal answered late would undo a hand-back.
+   */
+  private brokerRenewal: Promise<void> | undefined;
   private brokerExpiresAt: number | undefined;
   /**
    * Leased mode: when the DB claim may have lapsed, on our clock, measured from the start
@@ -60,6 +74,7 @@ export class LeaseKeeper {
     this.receivedAt = options.delivery.receivedAt ?? this.now();
     const { brokerLease, delivery, renewBroker, claimMs } = options;
     const brokerRenewable = renewBroker && brokerLease !== undefined && delivery.extendLease !== undefined;
+    this.brokerRenewable = brokerRenewable;
     this.brokerExpiresAt =
       delivery.leaseExpiresAt ?? (brokerLease ? this.receivedAt + brokerLease.extendByMs : undefined);
     // Renew at half the shorter lease: one late or failed tick still leaves time for the next.
@@ -68,6 +83,13 @@ export class LeaseKeeper {
       options.renewClaim && claimMs !== undefined ? claimMs : Number.POSITIVE_INFINITY,
     );
     this.intervalMs = Number.isFinite(shortest) ? Math.max(20, Math.floor(shortest / 2)) : undefined;
+    this.brokerCapAt =
+      brokerRenewable && brokerLease.maxTotalMs !== undefined
+        ? this.receivedAt + brokerLease.maxTotalMs
+        : undefined;
+    // A tenth of the renewal interval, at least 20 ms (timer and call latency), at most
+    // 1 s: a cap that falls early in a long lease must not end it much before its time.
+    this.capMarginMs = Math.min(1000, Math.max(20, Math.floor((this.intervalMs ?? 0) / 10)));
   }
 
   /** Aborts when the lease is lost or a deadline passes. */
@@ -99,7 +121,24 @@ export class LeaseKeeper {
       // Removed in stop(): one channel's signal serves every delivery it makes.
       lost.addEventListener('abort', this.lostListener, { once: true });
     }
-    if (this.intervalMs !== undefined) this.schedule();
+    if (this.intervalMs === undefined) return;
+    const firstDelay = this.firstRenewalDelay(this.intervalMs);
+    // Due already: renewed now, not after a timer that a busy event loop may run late
+    // (the lease may have only milliseconds left).
+    if (firstDelay === 0) void this.renew();
+    else this.schedule(firstDelay);
+  }
+
+  /**
+   * The first renewal comes, like every later one, once no more than half a lease (one
+   * interval) is left of the delivery's own lease: at once for a delivery that waited in
+   * the adapter for a slot (renewed by it meanwhile) and is handed over with less, where
+   * half a lease after dispatch would come after its lease ended.
+   */
+  private firstRenewalDelay(intervalMs: number): number {
+    if (!this.brokerRenewable || this.brokerExpiresAt === undefined) return intervalMs;
+    const left = this.brokerExpiresAt - this.now();
+    return Math.max(0, Math.min(intervalMs, left - intervalMs));
   }
 
   private onDeliveryLost(): void {
@@ -134,18 +173,60 @@ export class LeaseKeeper {
     else if (!this.controller.signal.aborted) this.controller.abort(reason);
   }
 
+  /**
+   * The settlement is about to be sent: renews no more, and resolves once the broker
+   * renewal already sent was answered, so the settlement lands after it. A hand-back
+   * (retryLater, release, deadLetter) sets the lease itself — a delay, an abandon, a
+   * park — and a renewal that reached the broker after it undid it (a retry's backoff cut
+   * to one lease, a parked message back after one lease). An ack or a dead-letter ends
+   * the message: a lease that lapses while it is on its way costs at most a redelivery,
+   * which meets the marker. The wait is bounded by what is left of the lease: past it the
+   * broker has given the message back, and a renewal that late changes nothing.
+   */
+  async handOver(): Promise<void> {
+    this.stopRenewing();
+    const renewal = this.brokerRenewal;
+    if (renewal === undefined) return;
+    const left = (this.brokerExpiresAt ?? this.now()) - this.now();
+    if (left <= 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    const leaseOver = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, left);
+      timer.unref?.();
+    });
+    try {
+      await Promise.race([renewal, leaseOver]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   /** Stops renewing: call once the settlement is confirmed. */
   stop(): void {
-    this.stopped = true;
-    clearTimeout(this.renewTimer);
+    this.stopRenewing();
     clearTimeout(this.handlerTimer);
     if (this.lostListener !== undefined)
       this.options.delivery.lost?.removeEventListener('abort', this.lostListener);
   }
 
-  private schedule(delayMs = this.intervalMs): void {
+  /** No renewal from now on, and no loss reported: the settlement decides what happens to the lease. */
+  private stopRenewing(): void {
+    this.stopped = true;
+    clearTimeout(this.renewTimer);
+  }
+
+  /**
+   * The next renewal in `delayMs`, or sooner when the broker's cap comes first: then that
+   * tick is the one that gives the lease up (renew), on time rather than at the next
+   * renewal, which may come half a lease after the message went back to the broker.
+   */
+  private schedule(delayMs = this.intervalMs ?? 0): void {
     if (this.stopped) return;
-    this.renewTimer = setTimeout(() => void this.renew(), delayMs);
+    const untilCap =
+      this.brokerCapAt === undefined
+        ? Number.POSITIVE_INFINITY
+        : this.brokerCapAt - this.capMarginMs - this.now();
+    this.renewTimer = setTimeout(() => void this.renew(), Math.max(0, Math.min(delayMs, untilCap)));
     this.renewTimer.unref?.();
   }
 
@@ -154,20 +235,32 @@ export class LeaseKeeper {
     const { delivery, brokerLease, renewBroker, renewClaim, claimMs } = this.options;
     try {
       if (renewBroker && brokerLease && delivery.extendLease) {
-        const extendBy = this.cappedExtension(brokerLease);
-        if (extendBy <= 0) {
-          // The broker's total cap is reached: the lease will lapse, the message will come back.
+        if (this.brokerCapAt !== undefined && this.now() >= this.brokerCapAt - this.capMarginMs) {
+          // The broker's cap on the total lease ends the last lease (renewed up to it) in a
+          // moment, and the message comes back: the handler is told now, while the lease
+          // still holds, so it can stop before the message is handed to someone else.
           this.lose(
             new LeaseLostError(`the broker's maximum lease of ${brokerLease.maxTotalMs} ms is reached`),
           );
           return;
         }
-        await delivery.extendLease(extendBy);
+        const extendBy = this.cappedExtension(brokerLease);
+        const extending = delivery.extendLease(extendBy);
+        this.brokerRenewal = extending.then(
+          () => {},
+          () => {},
+        );
+        await extending;
         this.brokerExpiresAt = this.now() + extendBy;
       }
+      // Handed over (or stopped) while the broker renewal was on its way: the claim is
+      // completed or given back by now, and a renewal finding it so is no loss.
+      if (this.stopped) return;
       if (renewClaim) {
         const renewedFrom = this.now();
-        if (!(await renewClaim())) {
+        const renewed = await renewClaim();
+        if (this.stopped) return;
+        if (!renewed) {
           this.lose(new LeaseLostError('the leased-mode claim was taken over by another consumer'));
           return;
         }

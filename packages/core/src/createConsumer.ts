@@ -2,8 +2,9 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Consumer } from './Consumer.js';
-import { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, labelBrokerError, validateConsumerConfig } from './config.js';
+import { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, validateConsumerConfig } from './config.js';
 import { AdapterNotInstalledError, ConfigError } from './errors.js';
+import { labelBrokerError } from './loadConfig.js';
 import { stderrLogger } from './logger.js';
 import { isStoreConfig, openStore, type StoreConfig } from './storeConfig.js';
 import type {

@@ -1,18 +1,17 @@
 export { DEFAULT_BACKOFF, pauseUnlessAborted, retryDelayMs } from './backoff.js';
 export { decodeBody } from './body.js';
 export { Consumer } from './Consumer.js';
-export type { LoadConfigOptions, LoadedConfig } from './config.js';
-export {
-  ADAPTER_PACKAGES,
-  brokerOptionSource,
-  CONSUMER_DEFAULTS,
-  describeEnvironmentVariables,
-  labelBrokerError,
-  loadConfig,
-  validateConsumerConfig,
-} from './config.js';
+export { ADAPTER_PACKAGES, CONSUMER_DEFAULTS, validateConsumerConfig } from './config.js';
 export type { ConsumerOptions } from './createConsumer.js';
 export { createConsumer, createConsumerWith, loadAdapterModule } from './createConsumer.js';
+export type {
+  DeadLetterInfo,
+  DeadLetterSelection,
+  DiscardReport,
+  FailureGroup,
+  ReplayReport,
+} from './deadLetters.js';
+export { DeadLetters, failureGroupId } from './deadLetters.js';
 export type { OncelyErrorCode } from './errors.js';
 export {
   AdapterNotInstalledError,
@@ -33,6 +32,13 @@ export { fingerprintDelivery, payloadFingerprint, validateFingerprintOptions } f
 export { describeIdStrategy, resolveMessageId } from './idStrategy.js';
 export type { LeaseKeeperOptions } from './LeaseKeeper.js';
 export { LeaseKeeper } from './LeaseKeeper.js';
+export type { LoadConfigOptions, LoadedConfig } from './loadConfig.js';
+export {
+  brokerOptionSource,
+  describeEnvironmentVariables,
+  labelBrokerError,
+  loadConfig,
+} from './loadConfig.js';
 export { silentLogger, stderrLogger, toLogger } from './logger.js';
 export type {
   OutboxMessage,
@@ -43,8 +49,12 @@ export type {
   PublishOptions,
 } from './outbox.js';
 export {
+  checkOutboxWrite,
+  defaultPublishId,
   encodeOutboxBody,
+  OutboxIdConflictError,
   OutboxUnsupportedError,
+  outboxIdPart,
   outboxOf,
   publishInTransaction,
   toOutboxWrite,
@@ -86,14 +96,21 @@ export type {
   ConsumerEvent,
   ConsumerEventName,
   DeadLetterCopy,
+  DeadLetterLog,
   DeadLetterReason,
+  DeadLetterSession,
   Delivery,
   DiagnoseFinding,
   DiagnoseReport,
+  DiscardRecord,
   Envelope,
   FingerprintStore,
   Handler,
   HandlerContext,
+  HeldDeadLetter,
+  HttpKeyRecord,
+  HttpKeyResponse,
+  HttpKeyStore,
   IdempotencyStore,
   IdStrategy,
   LeaseClaim,

@@ -23,9 +23,11 @@ import type { IdempotencyStore, SqlClient } from './types.js';
 export interface PublishOptions {
   /**
    * The message's stable ID, sent where the receiving consumer's default ID strategy
-   * reads it. Publishing the same ID twice writes one row.
+   * reads it. Publishing the same message twice under one ID writes one row; another
+   * message under an ID already written raises `OutboxIdConflictError`.
    * @default `${consumer}:${messageId}:${n}` in a handler (n counts the handler's
-   * publishes, from 1), so a re-run of the handler writes the same IDs; a random UUID in
+   * publishes, from 1; `:` and `%` in the names escaped as `%3A` and `%25`, see
+   * {@link defaultPublishId}), so a re-run of the handler writes the same IDs; a random UUID in
    * {@link publishInTransaction}
    */
   id?: string;
@@ -51,7 +53,7 @@ export interface PublishOptions {
 export interface OutboxWrite {
   id: string;
   destination: string;
-  /** Encoded as the relay sends it: a string as UTF-8, bytes as they are, anything else as JSON. */
+  /** Encoded as the relay sends it: a string as UTF-8, bytes (any ArrayBufferView, an ArrayBuffer) as they are, anything else as JSON. */
   body: unknown;
   key?: string;
   attributes: Record<string, string>;
@@ -69,7 +71,9 @@ export interface OutboxWrite {
 export interface OutboxStore<Tx = SqlClient> {
   /**
    * Writes `message` in `tx`; it commits or rolls back with the rest of `tx`. A row with
-   * the same `id` already present is left as it is (the write is idempotent).
+   * the same `id` and the same message already present is left as it is (the write is
+   * idempotent); one with the same `id` and another destination, key, body or attributes
+   * raises {@link OutboxIdConflictError}.
    */
   write(tx: Tx, message: OutboxWrite): Promise<void>;
 }
@@ -126,6 +130,49 @@ export interface OutboxProducer {
   close?(): Promise<void>;
 }
 
+/**
+ * One part of a default publish ID: `%` becomes `%25` and `:` becomes `%3A`, nothing
+ * else changes. The parts are joined with `:`, so after this a `:` only ever separates
+ * parts and no two (consumer, message ID, n) give the same ID (`orders:eu` + `x` and
+ * `orders` + `eu:x` once both gave `orders:eu:x:1`). A part without `:` or `%` (the common
+ * case) is left as it is, so such IDs are the same as before this encoding: a message
+ * redelivered across the upgrade writes the same IDs and is not sent twice.
+ */
+export function outboxIdPart(part: string): string {
+  return part.includes('%') || part.includes(':') ? part.replaceAll('%', '%25').replaceAll(':', '%3A') : part;
+}
+
+/**
+ * The ID `ctx.publish` gives its `n`-th publish (from 1) of one handler run when no `id`
+ * is passed: `consumer:messageId:n`, each name encoded by {@link outboxIdPart}.
+ *
+ * @example
+ * ```ts
+ * defaultPublishId('payments', 'm-1', 1); // 'payments:m-1:1'
+ * defaultPublishId('orders:eu', 'x', 1); // 'orders%3Aeu:x:1'
+ * ```
+ */
+export function defaultPublishId(consumer: string, messageId: string, n: number): string {
+  return `${outboxIdPart(consumer)}:${outboxIdPart(messageId)}:${n}`;
+}
+
+/**
+ * An outbox write whose ID is already in the outbox for a different message (another
+ * destination, key, body or attributes). The write would otherwise be dropped silently:
+ * an ID names one message, and the row that has it stays as it is.
+ */
+export class OutboxIdConflictError extends OncelyError {
+  constructor(
+    readonly id: string,
+    readonly differences: readonly string[],
+  ) {
+    super(
+      'OUTBOX_ID_CONFLICT',
+      `outbox ID '${id}' is already taken by a message with another ${differences.join(', ')}: an ID must name one message (publish the same content under it again, or choose another ID)`,
+    );
+  }
+}
+
 /** The error a store without the outbox capability raises when asked to publish. */
 export class OutboxUnsupportedError extends OncelyError {
   constructor(detail: string) {
@@ -176,34 +223,84 @@ export function toOutboxWrite(
   options: PublishOptions | undefined,
   defaultId: () => string,
 ): OutboxWrite {
-  if (typeof destination !== 'string' || destination === '') {
-    throw new ConfigError('destination', `must be a non-empty string; got ${String(destination)}`);
-  }
-  if (body === undefined) throw new ConfigError('body', 'is required (use null for an empty JSON body)');
   const { id, key, attributes = {} } = options ?? {};
-  if (id !== undefined && (typeof id !== 'string' || id === '')) {
-    throw new ConfigError('id', `must be a non-empty string; got ${String(id)}`);
-  }
-  if (key !== undefined && (typeof key !== 'string' || key === '')) {
-    throw new ConfigError('key', `must be a non-empty string; got ${String(key)}`);
-  }
-  if (typeof attributes !== 'object' || attributes === null) {
-    throw new ConfigError('attributes', 'must be an object of strings');
-  }
-  for (const [name, value] of Object.entries(attributes)) {
-    if (typeof value !== 'string') throw new ConfigError(`attributes.${name}`, 'must be a string');
-  }
-  return {
-    id: id ?? defaultId(),
+  const fields = {
     destination,
     body,
     ...(key !== undefined ? { key } : {}),
-    attributes: { ...attributes },
+    attributes: isPlainAttributes(attributes) ? { ...attributes } : attributes,
   };
+  // Checked before the default ID is taken: a refused publish must not use up a number
+  // (a handler that catches the error would otherwise shift its later IDs).
+  if (id === undefined) {
+    checkOutboxWrite({ id: 'default', ...fields });
+    return { id: defaultId(), ...fields };
+  }
+  const row: OutboxWrite = { id, ...fields };
+  checkOutboxWrite(row);
+  return row;
 }
 
 /**
- * How an outbox body is stored and sent: bytes as they are, a string as UTF-8, anything
+ * The checks every outbox write passes, `ctx.publish`, {@link publishInTransaction} and a
+ * store's own `outbox.write()` alike, so a row that could never be stored or sent is
+ * refused with a `ConfigError` before any SQL: non-empty strings for the destination, the
+ * ID and the key (when given), no NUL character in them or in the attributes (PostgreSQL
+ * text cannot hold one), a body, and attributes as a plain object of strings.
+ *
+ * @example
+ * ```ts
+ * checkOutboxWrite({ id: 'm-1', destination: 'receipts', body: {}, attributes: {} });
+ * ```
+ */
+export function checkOutboxWrite(message: OutboxWrite): void {
+  if (typeof message !== 'object' || message === null) throw new ConfigError('message', 'must be an object');
+  const { id, destination, key, body, attributes } = message;
+  text('destination', destination);
+  text('id', id);
+  if (key !== undefined && key !== null) text('key', key);
+  if (body === undefined) throw new ConfigError('body', 'is required (use null for an empty JSON body)');
+  if (attributes !== undefined && !isPlainAttributes(attributes)) {
+    throw new ConfigError(
+      'attributes',
+      `must be a plain object of strings; got ${describeValue(attributes)}`,
+    );
+  }
+  for (const [name, value] of Object.entries(attributes ?? {})) {
+    if (name.includes('\0'))
+      throw new ConfigError('attributes', `has a name with a NUL character: ${JSON.stringify(name)}`);
+    if (typeof value !== 'string') throw new ConfigError(`attributes.${name}`, 'must be a string');
+    if (value.includes('\0')) throw new ConfigError(`attributes.${name}`, 'must not contain a NUL character');
+  }
+}
+
+function text(field: string, value: unknown): void {
+  if (typeof value !== 'string' || value === '') {
+    throw new ConfigError(field, `must be a non-empty string; got ${describeValue(value)}`);
+  }
+  if (value.includes('\0')) {
+    throw new ConfigError(
+      field,
+      `must not contain a NUL character (PostgreSQL text cannot store it); got ${JSON.stringify(value)}`,
+    );
+  }
+}
+
+function isPlainAttributes(value: unknown): value is Record<string, string> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+function describeValue(value: unknown): string {
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'string') return JSON.stringify(value);
+  return String(value);
+}
+
+/**
+ * How an outbox body is stored and sent: bytes (a Uint8Array or Buffer, any other
+ * ArrayBufferView such as a DataView, an ArrayBuffer) as they are, a string as UTF-8, anything
  * else as JSON (what a consumer's default `bodyFormat: 'json'` decodes).
  *
  * @example
@@ -213,6 +310,15 @@ export function toOutboxWrite(
  */
 export function encodeOutboxBody(body: unknown): Uint8Array {
   if (body instanceof Uint8Array) return body;
+  // Any other binary view (DataView, Int16Array, a Buffer slice) and a bare ArrayBuffer
+  // are bytes too, sent as they are; JSON.stringify would turn them into "{}".
+  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+  if (
+    body instanceof ArrayBuffer ||
+    (typeof SharedArrayBuffer !== 'undefined' && body instanceof SharedArrayBuffer)
+  ) {
+    return new Uint8Array(body);
+  }
   let text: string | undefined;
   try {
     text = typeof body === 'string' ? body : JSON.stringify(body);

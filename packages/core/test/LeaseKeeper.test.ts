@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { Delivery } from '../src/index.js';
 import { HandlerTimeoutError, LeaseKeeper, LeaseLostError } from '../src/index.js';
 
@@ -84,18 +84,55 @@ describe('LeaseKeeper', () => {
   });
 
   it('never extends past the broker maximum measured from receipt', async () => {
-    const extensions: number[] = [];
-    const { k } = keeper(
-      leasedDelivery(async (ms) => void extensions.push(ms)),
-      {
-        brokerLease: { extendByMs: 100, maxTotalMs: 180 },
-      },
-    );
-    k.start();
-    await until(() => k.signal.aborted);
-    // Ticks at ~50 ms: 100 at 50, ≤100 at 100, ≤ 30 at 150 — the last one shrinks to the cap.
-    expect(extensions.at(-1)!).toBeLessThan(100);
-    expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+    // On fake timers: with real ones a tick ~80 ms late (a loaded machine) skipped the
+    // shrinking extensions this test is about, and the last one was a full 100.
+    vi.useFakeTimers();
+    try {
+      const extensions: number[] = [];
+      const { k } = keeper(
+        leasedDelivery(async (ms) => void extensions.push(ms)),
+        {
+          brokerLease: { extendByMs: 100, maxTotalMs: 180 },
+        },
+      );
+      k.start();
+      await vi.advanceTimersByTimeAsync(1000);
+      expect(k.signal.aborted).toBe(true);
+      // Ticks every 50 ms: 100 at 50, 80 at 100, 30 at 150 (each shrinks to the cap counted
+      // from receipt); at 160, a margin before that last lease ends, it is given up.
+      expect(extensions).toEqual([100, 80, 30]);
+      expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('aborts the signal when renewal stops at the cap, on a timer, while the last lease still holds', async () => {
+    // Renewal stopped at the cap, but the keeper only noticed at its next tick: up to half
+    // a lease after the message had gone back to the broker, the handler still ran with a
+    // live signal.
+    vi.useFakeTimers();
+    try {
+      const extensions: number[] = [];
+      const { k, events } = keeper(
+        leasedDelivery(async (ms) => void extensions.push(ms)),
+        { brokerLease: { extendByMs: 100, maxTotalMs: 180 } },
+      );
+      k.start();
+      // Renewed at 50, 100 and 150; the last renewal reaches the cap: the lease ends at 180.
+      await vi.advanceTimersByTimeAsync(159);
+      expect(extensions).toEqual([100, 80, 30]);
+      expect(k.signal.aborted).toBe(false);
+      // A margin (20 ms) before the lease ends, so the handler can stop while it holds it.
+      await vi.advanceTimersByTimeAsync(2);
+      expect(k.signal.aborted).toBe(true);
+      expect(k.signal.reason).toBeInstanceOf(LeaseLostError);
+      expect(events.filter((e) => e.startsWith('lost'))).toEqual(['lost:LeaseLostError']);
+      await vi.advanceTimersByTimeAsync(1000);
+      expect(extensions).toEqual([100, 80, 30]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('keeps retrying transient renewal errors while the lease can still be alive, then gives up', async () => {
@@ -141,13 +178,21 @@ describe('LeaseKeeper', () => {
   });
 
   it('does nothing once stopped', async () => {
-    let calls = 0;
-    const { k } = keeper(leasedDelivery(async () => void calls++));
-    k.start();
-    k.stop();
-    await new Promise((r) => setTimeout(r, 150));
-    expect(calls).toBe(0);
-    expect(k.signal.aborted).toBe(false);
+    // On fake timers: twenty renewal intervals (50 ms) and the handler timeout (10 s) run
+    // for certain, where a 150 ms real pause on a loaded machine could end before the
+    // first renewal was even due.
+    vi.useFakeTimers();
+    try {
+      let calls = 0;
+      const { k } = keeper(leasedDelivery(async () => void calls++));
+      k.start();
+      k.stop();
+      await vi.advanceTimersByTimeAsync(20_000);
+      expect(calls).toBe(0);
+      expect(k.signal.aborted).toBe(false);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 

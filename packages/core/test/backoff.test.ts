@@ -1,5 +1,5 @@
 import { getEventListeners } from 'node:events';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { Envelope } from '../src/index.js';
 import { describeIdStrategy, pauseUnlessAborted, resolveMessageId, retryDelayMs } from '../src/index.js';
 
@@ -56,15 +56,24 @@ describe('resolveMessageId', () => {
 
 describe('pauseUnlessAborted', () => {
   it('waits its time, and leaves no listener on the signal', async () => {
-    const controller = new AbortController();
-    let done = false;
-    const pause = pauseUnlessAborted(30, controller.signal).then(() => {
-      done = true;
-    });
-    await new Promise((resolve) => setTimeout(resolve, 5));
-    expect(done).toBe(false);
-    await pause;
-    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    // On fake timers: "not before 30 ms" is then exact, where a real 5 ms pause on a loaded
+    // machine may end after the 30 ms one.
+    vi.useFakeTimers();
+    try {
+      const controller = new AbortController();
+      let done = false;
+      const pause = pauseUnlessAborted(30, controller.signal).then(() => {
+        done = true;
+      });
+      await vi.advanceTimersByTimeAsync(29);
+      expect(done).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(done).toBe(true);
+      await pause;
+      expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('ends at once when the signal aborts, and resolves on a signal aborted before', async () => {

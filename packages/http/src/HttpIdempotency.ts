@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { IdempotencyStore, Logger, SqlClient } from '@oncely/core';
+import type { HttpKeyStore, IdempotencyStore, Logger, SqlClient } from '@oncely/core';
 import { ConfigError, stderrLogger, toLogger } from '@oncely/core';
 import { expressMiddleware } from './expressBinding.js';
 import { fastifyPlugin } from './fastifyBinding.js';
@@ -10,8 +10,6 @@ import { respond } from './keyContext.js';
 import { decideLeased } from './leasedKey.js';
 import { nodeHandler } from './nodeBinding.js';
 import { Problems } from './problems.js';
-import type { HttpQueries } from './schema.js';
-import { buildHttpQueries, migrateHttpSchema, quoteSchema } from './schema.js';
 import { decideTransactional } from './transactionalKey.js';
 import type {
   FastifyPluginLike,
@@ -65,8 +63,7 @@ export class HttpIdempotency {
   /** @internal used by the bindings */
   readonly log: Logger;
   private readonly store: IdempotencyStore<SqlClient>;
-  private readonly queries: HttpQueries;
-  private readonly quotedSchema: string;
+  private readonly keys: HttpKeyStore<SqlClient>;
   private readonly methods: ReadonlySet<string>;
   private readonly header: string;
   private readonly required: boolean;
@@ -82,13 +79,12 @@ export class HttpIdempotency {
       throw new ConfigError('http', 'options are required');
     const { store } = options;
     if (!store || typeof store.transaction !== 'function') {
-      throw new ConfigError('store', 'must be an Oncely store (for example a PostgresStore)');
+      throw new ConfigError('store', 'must be an Oncely store (for example a PostgresStore or a MySqlStore)');
     }
-    // This package's SQL is PostgreSQL's: refused here rather than failing every request.
-    if ((store as { dialect?: unknown }).dialect === 'mysql') {
+    if (typeof store.httpKeys !== 'function') {
       throw new ConfigError(
         'store',
-        'is a MySQL store: @oncely/http works on the PostgreSQL store only (for now)',
+        'cannot hold HTTP idempotency keys (it has no httpKeys()): use a PostgresStore or a MySqlStore',
       );
     }
     this.store = store;
@@ -98,16 +94,22 @@ export class HttpIdempotency {
       throw new ConfigError('mode', `must be 'transactional' or 'leased'; got ${JSON.stringify(this.mode)}`);
     }
     this.schema = options.schema ?? (store as { schema?: string }).schema ?? 'oncely';
-    try {
-      this.quotedSchema = quoteSchema(this.schema);
-    } catch (error) {
-      throw new ConfigError('schema', (error as Error).message);
+    // The store validates the schema (and may refuse one other than its own).
+    this.keys = store.httpKeys(options.schema === undefined ? {} : { schema: options.schema });
+    if (this.mode === 'transactional' && this.keys.transactionalRefusal !== undefined) {
+      throw new ConfigError('mode', this.keys.transactionalRefusal);
     }
-    this.queries = buildHttpQueries(this.quotedSchema);
     this.methods = new Set((options.methods ?? ['POST', 'PATCH']).map((method) => method.toUpperCase()));
     this.header = (options.header ?? 'Idempotency-Key').toLowerCase();
     this.required = options.required ?? true;
     this.maxKeyLength = positiveInteger('maxKeyLength', options.maxKeyLength ?? 255);
+    // Keys are ASCII (the sf-string and bare-key grammars), so characters are bytes.
+    if (this.keys.maxKeyBytes !== undefined && this.maxKeyLength > this.keys.maxKeyBytes) {
+      throw new ConfigError(
+        'maxKeyLength',
+        `is ${this.maxKeyLength}, but this store keeps keys of at most ${this.keys.maxKeyBytes} bytes`,
+      );
+    }
     this.bareKeys = options.bareKeys ?? true;
     if (typeof this.bareKeys !== 'boolean') throw new ConfigError('bareKeys', 'must be a boolean');
     this.fingerprintOf =
@@ -126,8 +128,7 @@ export class HttpIdempotency {
     this.log = toLogger(options.logger ?? stderrLogger);
     this.keyContext = {
       store,
-      queries: this.queries,
-      schema: this.schema,
+      keys: this.keys,
       storeFailures: failures === 'store',
       retentionMs: positiveInteger('retentionMs', options.retentionMs ?? 86_400_000),
       leaseMs: positiveInteger('leaseMs', options.leaseMs ?? 30_000),
@@ -139,9 +140,11 @@ export class HttpIdempotency {
   }
 
   /**
-   * Creates this package's table (`<schema>.http_idempotency_keys`) if needed, in one
-   * store transaction under an advisory lock. Run the store's own `migrate()` first. Also
-   * run once, lazily, by the first request.
+   * Creates this package's table (`<schema>.http_idempotency_keys`) if needed, through the
+   * store (`store.httpKeys().migrate()`): on PostgreSQL in one transaction under an
+   * advisory lock (run the store's own `migrate()` first); on MySQL it is the store's
+   * migration 0002, applied by the store's `migrate()` under its `GET_LOCK`. Also run once,
+   * lazily, by the first request.
    *
    * @example
    * ```ts
@@ -150,15 +153,14 @@ export class HttpIdempotency {
    * ```
    */
   async migrate(): Promise<{ applied: string[] }> {
-    const applied = await this.store.transaction((tx) =>
-      migrateHttpSchema(tx, this.schema, this.quotedSchema),
-    );
+    const applied = await this.keys.migrate();
     this.migrated = Promise.resolve();
     return { applied };
   }
 
   /**
-   * Deletes keys past retention, `batchSize` per transaction; claims still held are kept.
+   * Deletes keys past retention, `batchSize` per transaction; claims still held are kept
+   * (rows another transaction holds are skipped, not waited for).
    * Returns how many were deleted. Schedule it (for example hourly); nothing runs it for you.
    *
    * @example
@@ -171,9 +173,7 @@ export class HttpIdempotency {
     await this.ensureMigrated();
     let total = 0;
     for (;;) {
-      const deleted = await this.store.transaction(
-        async (tx) => (await tx.query(this.queries.prune, [batchSize])).rows.length,
-      );
+      const deleted = await this.store.transaction((tx) => this.keys.prune(tx, batchSize));
       total += deleted;
       if (deleted < batchSize) return total;
     }

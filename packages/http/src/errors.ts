@@ -6,6 +6,8 @@ import { OncelyError } from '@oncely/core';
  * - `HTTP_TRANSACTION_ENDED`: `req.tx` used after the request's transaction ended.
  * - `HTTP_RESPONSE_SENT`: a write's callback, when the handler wrote after its request
  *   was already answered (the 504 of `handlerTimeoutMs`, or after its own end).
+ * - `HTTP_CLIENT_GONE`: the error `res.end`'s callback gets (node:http wrapper, Express)
+ *   when the client disconnected before the response was sent: the callback still runs.
  * - `HTTP_HANDLER_TIMEOUT`: `req.idempotency.signal.reason` when `handlerTimeoutMs` passed.
  * - `HTTP_CLAIM_LOST`: `req.idempotency.signal.reason` when another request took the
  *   leased key over.
@@ -14,6 +16,7 @@ export type HttpIdempotencyErrorCode =
   | 'HTTP_OUTBOUND_BODY'
   | 'HTTP_TRANSACTION_ENDED'
   | 'HTTP_RESPONSE_SENT'
+  | 'HTTP_CLIENT_GONE'
   | 'HTTP_HANDLER_TIMEOUT'
   | 'HTTP_CLAIM_LOST';
 

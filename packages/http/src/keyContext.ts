@@ -1,13 +1,12 @@
-import type { IdempotencyStore, Logger, SqlClient } from '@oncely/core';
+import type { HttpKeyRecord, HttpKeyStore, IdempotencyStore, Logger, SqlClient } from '@oncely/core';
 import type { Problems } from './problems.js';
-import type { HttpQueries } from './schema.js';
 import type { IdempotencyDecision, StoredResponse } from './types.js';
 
 /** What the state machine of either mode needs of the {@link HttpIdempotency} it serves. */
 export interface KeyContext {
   store: IdempotencyStore<SqlClient>;
-  queries: HttpQueries;
-  schema: string;
+  /** The store's statements on the keys table. */
+  keys: HttpKeyStore<SqlClient>;
   storeFailures: boolean;
   retentionMs: number;
   leaseMs: number;
@@ -25,33 +24,20 @@ export interface KeyRequest {
   fingerprint: string;
 }
 
-/** A key's row as `lockAndPeek` and `read` return it. */
-export interface KeyRow {
-  fingerprint: string;
-  status: 'in_progress' | 'completed';
-  live: boolean;
-  response_status: number | null;
-  response_headers: Record<string, string | string[]> | string | null;
-  response_body: Uint8Array | null;
-}
-
 export function respond(response: StoredResponse): IdempotencyDecision {
   return { kind: 'respond', response, replayed: false };
 }
 
 /** A completed key's stored response, sent again. */
-export function replay(row: KeyRow): IdempotencyDecision {
-  const headers =
-    typeof row.response_headers === 'string'
-      ? JSON.parse(row.response_headers)
-      : (row.response_headers ?? {});
+export function replay(record: HttpKeyRecord): IdempotencyDecision {
+  const headers = record.responseHeaders === null ? {} : JSON.parse(record.responseHeaders);
   return {
     kind: 'respond',
     replayed: true,
     response: {
-      status: row.response_status ?? 200,
+      status: record.responseStatus ?? 200,
       headers,
-      body: Buffer.from(row.response_body ?? new Uint8Array()),
+      body: Buffer.from(record.responseBody ?? new Uint8Array()),
     },
   };
 }

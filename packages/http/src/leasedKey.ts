@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { HttpIdempotencyError, handlerTimedOut } from './errors.js';
-import type { KeyContext, KeyRequest, KeyRow } from './keyContext.js';
+import type { KeyContext, KeyRequest } from './keyContext.js';
 import { deferred, replay, respond } from './keyContext.js';
 import type { IdempotencyDecision, StoredResponse } from './types.js';
 
@@ -14,35 +14,34 @@ export async function decideLeased(
   ctx: KeyContext,
   { scope, key, fingerprint }: KeyRequest,
 ): Promise<IdempotencyDecision> {
-  const q = ctx.queries;
+  const keys = ctx.keys;
   const owner = randomUUID();
   const claim = await ctx.store.transaction(async (tx): Promise<IdempotencyDecision | 'acquired'> => {
-    const acquired = await tx.query(q.acquire, [
+    const acquired = await keys.acquire(tx, {
       scope,
       key,
       fingerprint,
       owner,
-      ctx.leaseMs,
-      ctx.retentionMs,
-    ]);
-    if (acquired.rows.length === 1) return 'acquired';
-    const { rows } = await tx.query<KeyRow>(q.read, [scope, key]);
-    const row = rows[0];
-    if (!row) return respond(ctx.problems.inProgress()); // changed under us; the client retries
-    if (row.fingerprint !== fingerprint) return respond(ctx.problems.reused());
-    if (row.status === 'completed') return replay(row);
+      leaseMs: ctx.leaseMs,
+      retentionMs: ctx.retentionMs,
+    });
+    if (acquired) return 'acquired';
+    const record = await keys.read(tx, scope, key);
+    if (!record) return respond(ctx.problems.inProgress()); // changed under us; the client retries
+    if (record.fingerprint !== fingerprint) return respond(ctx.problems.reused());
+    if (record.status === 'completed') return replay(record);
     return respond(ctx.problems.inProgress());
   });
   if (claim !== 'acquired') return claim;
   const stop = new AbortController();
-  const keyArgs = [scope, key, owner] as const;
+  const claimed = { scope, key, owner };
   const renewal = setInterval(
     () => {
       ctx.store
-        .transaction((tx) => tx.query(q.renew, [...keyArgs, ctx.leaseMs]))
+        .transaction((tx) => keys.renew(tx, { ...claimed, leaseMs: ctx.leaseMs }))
         .then(
-          (result) => {
-            if (result.rows.length === 0 && !stop.signal.aborted)
+          (renewed) => {
+            if (!renewed && !stop.signal.aborted)
               stop.abort(
                 new HttpIdempotencyError(
                   'HTTP_CLAIM_LOST',
@@ -80,18 +79,16 @@ export async function decideLeased(
     }
     try {
       if (response.status >= 500 && !ctx.storeFailures) {
-        await ctx.store.transaction((tx) => tx.query(q.release, [...keyArgs]));
+        await ctx.store.transaction((tx) => keys.release(tx, claimed));
       } else {
         const done = await ctx.store.transaction((tx) =>
-          tx.query(q.complete, [
-            ...keyArgs,
-            response.status,
-            ctx.storedHeaders(response),
-            response.body,
-            ctx.retentionMs,
-          ]),
+          keys.complete(tx, {
+            ...claimed,
+            response: { status: response.status, headers: ctx.storedHeaders(response), body: response.body },
+            retentionMs: ctx.retentionMs,
+          }),
         );
-        if (done.rows.length === 0) {
+        if (!done) {
           ctx.log.warn(
             'oncely/http: the key was taken over before this request completed; its response is not stored',
             { key },

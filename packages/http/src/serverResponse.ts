@@ -52,7 +52,10 @@ export async function serveServerResponse(
       await start();
     } catch (error) {
       host.log.error('oncely/http: the request handler threw', { error });
-      if (!res.writableEnded) sendResponse(res, host.problems.answer('failed', 'The request failed.'), false);
+      if (res.writableEnded) return;
+      // Its head is out: a 500 cannot follow, and a body ended here would look complete.
+      if (res.headersSent) res.destroy();
+      else sendResponse(res, host.problems.answer('failed', 'The request failed.'), false);
     }
     return;
   }
@@ -136,8 +139,10 @@ class ResponseCapture {
       }
       this.push(chunk, encoding);
       this.ended = true;
-      // Called back when the real response has gone out (or, after a 504, at once).
-      if (done) res.once('finish', () => done());
+      // Called back when the real response has gone out (or, after a 504, at once), or
+      // with HTTP_CLIENT_GONE once its client has left: the real response then never
+      // finishes, and a handler awaiting this callback would wait forever.
+      if (done) this.callWhenOut(done);
       if (this.overflowed) return res;
       this.response = {
         status: res.statusCode,
@@ -170,6 +175,11 @@ class ResponseCapture {
     const patched = res as unknown as Record<string, unknown>;
     patched.writeHead = () => res;
     patched.flushHeaders = () => {};
+    // Header calls on the sent response would throw ERR_HTTP_HEADERS_SENT into a late handler
+    // (Express's res.status().json()), and Express answers that by destroying the keep-alive socket.
+    patched.setHeader = () => res;
+    patched.appendHeader = () => res;
+    patched.removeHeader = () => {};
     patched.write = (_chunk: unknown, encoding?: unknown, callback?: unknown) =>
       this.late((typeof encoding === 'function' ? encoding : callback) as Callback | undefined);
     patched.end = (chunk?: unknown, encoding?: unknown, callback?: unknown) => {
@@ -179,6 +189,30 @@ class ResponseCapture {
       if (done) queueMicrotask(() => done());
       return res;
     };
+  }
+
+  /** Calls `done` when the real response finished, or with an error if its connection closed first. */
+  private callWhenOut(done: Callback): void {
+    const { res } = this;
+    const gone = () =>
+      new HttpIdempotencyError('HTTP_CLIENT_GONE', 'the client disconnected before the response was sent');
+    if (res.writableFinished) return void queueMicrotask(() => done());
+    if (res.destroyed || res.socket?.destroyed === true || res.closed) {
+      return void queueMicrotask(() => done(gone()));
+    }
+    let called = false;
+    const once = (error?: Error) => {
+      if (called) return;
+      called = true;
+      res.off('finish', onFinish);
+      res.off('close', onClose);
+      done(error);
+    };
+    const onFinish = () => once();
+    // 'close' also follows a normal 'finish'; only a close before it means the client left.
+    const onClose = () => once(res.writableFinished ? undefined : gone());
+    res.once('finish', onFinish);
+    res.once('close', onClose);
   }
 
   /** A write after the response ended or was answered: dropped, and its callback told so. */

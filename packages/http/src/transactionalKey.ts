@@ -1,6 +1,6 @@
 import type { SqlClient } from '@oncely/core';
 import { HttpIdempotencyError, handlerTimedOut } from './errors.js';
-import type { KeyContext, KeyRequest, KeyRow } from './keyContext.js';
+import type { KeyContext, KeyRequest } from './keyContext.js';
 import { deferred, replay, respond } from './keyContext.js';
 import type { IdempotencyDecision, StoredResponse } from './types.js';
 
@@ -22,7 +22,7 @@ export function decideTransactional(
   ctx: KeyContext,
   { scope, key, fingerprint }: KeyRequest,
 ): Promise<IdempotencyDecision> {
-  const q = ctx.queries;
+  const keys = ctx.keys;
   /** The handler's response, or the timeout's 504: whichever comes first settles the key. */
   const outcome = deferred<StoredResponse>();
   /** What to send, once the transaction has committed or rolled back. */
@@ -49,77 +49,83 @@ export function decideTransactional(
     let running = false;
     const committed = ctx.store.transaction(async (tx) => {
       inner = tx;
-      const peeked = (
-        await tx.query<KeyRow & { locked: boolean }>(q.lockAndPeek, [
-          scope,
-          key,
-          `${ctx.schema}:${scope.length}:${scope}:${key}`,
-        ])
-      ).rows[0];
-      const settled = peeked?.status ? peeked : undefined;
+      const { locked, record: peeked } = await keys.tryLock(tx, scope, key);
       // Replays (the common retry) never wait on or 409 each other.
-      if (settled?.status === 'completed') {
+      if (peeked?.status === 'completed') {
         return resolveDecision(
-          settled.fingerprint === fingerprint ? replay(settled) : respond(ctx.problems.reused()),
+          peeked.fingerprint === fingerprint ? replay(peeked) : respond(ctx.problems.reused()),
         );
       }
       // Another request with this key holds its transaction open: it is in progress.
-      if (peeked?.locked !== true) {
+      if (!locked) {
         return resolveDecision(
           respond(
-            settled && settled.fingerprint !== fingerprint
-              ? ctx.problems.reused()
-              : ctx.problems.inProgress(),
+            peeked && peeked.fingerprint !== fingerprint ? ctx.problems.reused() : ctx.problems.inProgress(),
           ),
         );
       }
       // Read again under the lock: the first request may have committed in between.
-      const row = (await tx.query<KeyRow>(q.read, [scope, key])).rows[0];
+      const row = await keys.read(tx, scope, key);
       if (row) {
         if (row.fingerprint !== fingerprint) return resolveDecision(respond(ctx.problems.reused()));
         if (row.status === 'completed') return resolveDecision(replay(row));
         // A leased-mode claim on the same table: taken over only once its deadline passed.
         if (row.live) return resolveDecision(respond(ctx.problems.inProgress()));
       }
-      if (ctx.storeFailures) await tx.query('SAVEPOINT oncely_http_handler');
-      running = true;
-      const timedOut = new AbortController();
-      resolveDecision({
-        kind: 'run',
-        key,
-        scope,
-        tx: handlerTx,
-        signal: timedOut.signal,
-        finish: (response) => {
-          outcome.resolve(response);
-          return answer.promise;
-        },
-        answer: answer.promise,
-      });
-      // A handler that never answers must not hold the key's transaction (and a pooled
-      // connection) forever, nor its client: past the budget it is settled as a 504.
-      const timer = setTimeout(() => {
-        timedOut.abort(handlerTimedOut());
-        outcome.resolve(ctx.problems.timedOut());
-      }, ctx.handlerTimeoutMs);
-      const response = await outcome.promise.finally(() => {
-        clearTimeout(timer);
-        txEnded = true;
-      });
-      if (response.status >= 500) {
+      const runHandler = async (): Promise<StoredResponse> => {
+        running = true;
+        const timedOut = new AbortController();
+        resolveDecision({
+          kind: 'run',
+          key,
+          scope,
+          tx: handlerTx,
+          signal: timedOut.signal,
+          finish: (response) => {
+            outcome.resolve(response);
+            return answer.promise;
+          },
+          answer: answer.promise,
+        });
+        // A handler that never answers must not hold the key's transaction (and a pooled
+        // connection) forever, nor its client: past the budget it is settled as a 504.
+        const timer = setTimeout(() => {
+          timedOut.abort(handlerTimedOut());
+          const timeout = ctx.problems.timedOut();
+          outcome.resolve(timeout);
+          // Answered now, not after the rollback: a handler stuck in a statement keeps the
+          // connection busy until that statement ends, and the ROLLBACK queues behind it.
+          // The 504 is a failure either way (the writes roll back, or with failures: 'store'
+          // the 504 itself is what gets stored); a retry meanwhile gets 409.
+          answer.resolve(timeout);
+        }, ctx.handlerTimeoutMs);
+        const response = await outcome.promise.finally(() => {
+          clearTimeout(timer);
+          txEnded = true;
+        });
         // Nothing stored, nothing written: a retry runs the handler again.
-        if (!ctx.storeFailures) throw new NotStored(response);
-        await tx.query('ROLLBACK TO SAVEPOINT oncely_http_handler');
+        if (response.status >= 500) throw new NotStored(response);
+        return response;
+      };
+      let response: StoredResponse;
+      if (!ctx.storeFailures) response = await runHandler();
+      else {
+        // The store's savepoint (not raw SQL): it knows how its database undoes a failed
+        // statement, so a failure's writes roll back while its response is still stored.
+        try {
+          response = await ctx.store.savepoint(tx, runHandler);
+        } catch (error) {
+          if (!(error instanceof NotStored)) throw error;
+          response = error.response;
+        }
       }
-      await tx.query(q.saveCompleted, [
+      await keys.saveCompleted(tx, {
         scope,
         key,
         fingerprint,
-        response.status,
-        ctx.storedHeaders(response),
-        response.body,
-        ctx.retentionMs,
-      ]);
+        response: { status: response.status, headers: ctx.storedHeaders(response), body: response.body },
+        retentionMs: ctx.retentionMs,
+      });
       return response;
     });
     committed.then(

@@ -43,7 +43,11 @@ export interface StoredResponse {
  * ```
  */
 export interface HttpIdempotencyOptions {
-  /** The Oncely store (a `PostgresStore` on `pg` or PGlite). Its `transaction()` runs every statement. */
+  /**
+   * The Oncely store: a `PostgresStore` (`pg` or PGlite) or a `MySqlStore` (handlers' SQL
+   * then takes `?` placeholders). It provides the statements on the keys table
+   * (`httpKeys()`) and its `transaction()` runs them.
+   */
   store: IdempotencyStore<SqlClient>;
   /**
    * Whose keys these are: two requests share a key only within one scope. A function of the
@@ -123,7 +127,7 @@ export interface HttpIdempotencyOptions {
    * @default none: `type` is `about:blank`
    */
   documentationUrl?: string;
-  /** Schema of this package's table. @default the store's `schema`, else 'oncely' */
+  /** Schema of this package's table (PostgreSQL; a `MySqlStore` keeps it in its own database). @default the store's `schema`, else 'oncely' */
   schema?: string;
   /** Node http wrapper and Express without a body parser: the largest body read (413 beyond). @default 1_048_576 */
   maxBodyBytes?: number;

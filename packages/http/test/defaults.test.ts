@@ -15,9 +15,20 @@ const frameworks: Framework[] = ['node', 'express', 'fastify'];
 
 describe('scope', () => {
   it('is required: without it the constructor says what to pass', async () => {
-    const store = { transaction: async () => undefined, classifyError: () => 'other' } as never;
+    const store = {
+      transaction: async () => undefined,
+      classifyError: () => 'other',
+      httpKeys: () => ({}),
+    } as never;
     expect(() => new HttpIdempotency({ store } as never)).toThrow(/scope is required/);
     expect(() => new HttpIdempotency({ store, scope: 42 } as never)).toThrow(/scope is required/);
+  });
+
+  it('a store that cannot hold HTTP keys (no httpKeys()) is refused up front, saying which can', () => {
+    const store = { transaction: async () => undefined, classifyError: () => 'other' } as never;
+    expect(() => new HttpIdempotency({ store, scope: 'tests' })).toThrow(
+      /store cannot hold HTTP idempotency keys .*PostgresStore or a MySqlStore/,
+    );
   });
 });
 

@@ -3,70 +3,34 @@ import {
   type AdapterRuntime,
   type BrokerAdapter,
   type BrokerConfig,
-  type DeadLetterReason,
   type Delivery,
   type IdStrategy,
   LeaseLostError,
   type Logger,
 } from '@oncely/core';
 import type {
-  Admin,
-  Batch,
-  ConsumerCrashEvent,
-  ConsumerGroupJoinEvent,
-  EachBatchPayload,
-  Kafka as KafkaClient,
-  Consumer as KafkaConsumer,
-  KafkaMessage,
-  Message,
-  Producer,
-} from 'kafkajs';
-import { buildKafkaClient, defaultMessageId } from './client.js';
+  ClientBatch,
+  ClusterAdmin,
+  DeadLetterProducer,
+  GroupConsumer,
+  KafkaClientDriver,
+  KafkaRecord,
+} from './adapter/clientApi.js';
+import { DispatchSlots } from './adapter/dispatchSlots.js';
+import {
+  classifyGroupError,
+  extendLease,
+  type Generation,
+  lostError,
+  type Settlement,
+} from './adapter/groupMembership.js';
+import { kafkajsDriver } from './adapter/kafkajsClient.js';
+import { publishDeadLetter } from './adapter/publishDeadLetter.js';
+import { ensureDeadLetterTopic, topicPartitionCount } from './adapter/startup.js';
+import { seekToStoredOffsets } from './adapter/storedOffsets.js';
+import { defaultMessageId } from './client.js';
 import { type ResolvedKafkaConfig, resolveKafkaConfig } from './config.js';
-import { DEAD_LETTER_HEADERS, deadLetterRecord } from './deadLetter.js';
 import { toEnvelope } from './envelope.js';
-import { KafkaTopicMissingError } from './errors.js';
-import { kafkaLogCreator } from './kafkaLogger.js';
-import { MESSAGE_ID_HEADER } from './send.js';
-import { createTopics } from './topics.js';
-
-/** How one dispatched record ended, from the adapter's side. */
-type Settlement =
-  /** Acked or dead-lettered: its offset may be committed. */
-  | { kind: 'done' }
-  /** Deliver it again after `delayMs`, the partition blocked meanwhile. */
-  | { kind: 'retry'; delayMs: number }
-  /** Given back (stop, store outage): not committed, fetched again. */
-  | { kind: 'release' }
-  /** The core settled nothing (a settle call failed): fetched again after a pause. */
-  | { kind: 'unsettled' };
-
-/**
- * One group generation as this member saw it (one per `GROUP_JOIN`). kafkajs rejoins
- * only after every running `eachBatch` returned, so a batch belongs to exactly one
- * generation from start to end.
- */
-interface Generation {
-  readonly id: number;
-  /** Partitions of our topic assigned to this member in this generation. */
-  readonly partitions: ReadonlySet<number>;
-  /** Next offsets this generation committed, per partition. */
-  readonly committed: Map<number, bigint>;
-  /** `offsets` mode: the stored next offsets read at assignment (empty otherwise). */
-  storedOffsets: Promise<Map<number, string>>;
-  /** Partitions this generation has dispatched a record of (see `mayBeRedelivery`). */
-  readonly started: Set<number>;
-  /** A heartbeat reported a rebalance: end batches so kafkajs can rejoin. */
-  rebalancing?: unknown;
-  /** A heartbeat reported that this member is out of the group: nothing may be committed. */
-  lost?: unknown;
-}
-
-/**
- * Already fulfilled: raced after a promise, it wins only when that promise is still
- * pending (fulfilled promises' reactions run in the order they were raced).
- */
-const NOT_YET = Promise.resolve('not-yet' as const);
 
 /** A record the core left unsettled comes back after this pause (no hot loop on a failing DLQ). */
 const UNSETTLED_REDELIVERY_MS = 1000;
@@ -75,8 +39,10 @@ const REBUILD_MIN_MS = 1000;
 const REBUILD_MAX_MS = 30_000;
 
 /**
- * The Kafka adapter (kafkajs 2.2.x). A consumer group consumed with `eachBatch`,
- * `eachBatchAutoResolve: false` and `autoCommit: false`, so no offset is resolved or
+ * The Kafka adapter, on kafkajs 2.2.x or @platformatic/kafka (`broker.client`), through
+ * the interface of `adapter/clientApi.ts`. A consumer group whose records come as batches
+ * per partition with manual resolution and commits (kafkajs: `eachBatch`,
+ * `eachBatchAutoResolve: false`, `autoCommit: false`), so no offset is resolved or
  * committed for a record whose store transaction has not committed.
  *
  * - Records of one partition are dispatched one at a time, in offset order (with the
@@ -113,10 +79,10 @@ export class KafkaAdapter implements BrokerAdapter {
   private readonly consumerName: string;
   private readonly log: Logger;
   private runtime: AdapterRuntime | undefined;
-  private kafka: KafkaClient | undefined;
-  private consumer: KafkaConsumer | undefined;
-  private producer: Producer | undefined;
-  private admin: Admin | undefined;
+  private driver: KafkaClientDriver | undefined;
+  private consumer: GroupConsumer | undefined;
+  private producer: DeadLetterProducer | undefined;
+  private admin: ClusterAdmin | undefined;
   private generation: Generation;
   private generationCount = 0;
   private lastHeartbeatAt = 0;
@@ -141,14 +107,8 @@ export class KafkaAdapter implements BrokerAdapter {
   private rebuildDelayMs = REBUILD_MIN_MS;
   /** Partitions in a retry backoff: not before this time (ms since epoch). */
   private readonly holds = new Map<number, number>();
-  /** Records this adapter has dispatched (or reserved a slot for) that are not settled yet. */
-  private inFlight = 0;
-  /** Wakes batches waiting for a slot when a dispatched record settles. */
-  private slotWaiters: Array<() => void> = [];
-  /** Set when close() gives up waiting for handlers: running batches return without them. */
-  private abandoned = false;
-  /** Ends each wait of `unlessAbandoned` at once; a wait removes its own entry when its work settles. */
-  private readonly abandonWaiters = new Set<() => void>();
+  /** Slots taken from the core and the waits close() may abandon. */
+  private readonly slots: DispatchSlots;
 
   constructor(broker: BrokerConfig, options: { consumerName: string; log: Logger }) {
     this.config = resolveKafkaConfig(broker, options.consumerName);
@@ -157,26 +117,22 @@ export class KafkaAdapter implements BrokerAdapter {
     // The keeper renews at half of extendByMs: a heartbeat every third of the session.
     this.lease = { extendByMs: Math.floor((this.config.sessionTimeout * 2) / 3) };
     this.generation = this.newGeneration(new Set());
+    this.slots = new DispatchSlots(this.config.heartbeatInterval);
   }
 
   async start(runtime: AdapterRuntime): Promise<void> {
     this.runtime = runtime;
     const { config } = this;
-    this.kafka =
-      (config.kafka as KafkaClient | undefined) ??
-      buildKafkaClient(config, { logCreator: kafkaLogCreator(runtime.log) });
-    this.admin = this.kafka.admin();
+    const context = { config, log: runtime.log, concurrency: runtime.concurrency };
+    this.driver =
+      config.client === 'platformatic'
+        ? (await loadPlatformatic()).platformaticDriver(context)
+        : kafkajsDriver(context);
+    this.admin = this.driver.admin();
     await this.admin.connect();
-    const partitions = await this.topicPartitionCount(config.topic);
-    await this.ensureDeadLetterTopic(partitions);
-    // Idempotent: a retried send after a lost acknowledgement does not write the dead letter twice.
-    this.producer = this.kafka.producer({
-      idempotent: true,
-      maxInFlightRequests: 1,
-      allowAutoTopicCreation: false,
-      // kafkajs refuses an idempotent producer without retries (broker.retry.retries: 0).
-      ...(config.retry?.retries === 0 ? { retry: { retries: 1 } } : {}),
-    });
+    const partitions = await topicPartitionCount(this.admin, config.topic);
+    await ensureDeadLetterTopic(this.admin, config, partitions);
+    this.producer = this.driver.producer();
     await this.producer.connect();
     await this.startConsumer();
   }
@@ -191,7 +147,7 @@ export class KafkaAdapter implements BrokerAdapter {
     // A retry's scheduled resume must not unpause a partition after this.
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
-    this.wakeSlotWaiters();
+    this.slots.wakeSlotWaiters();
     this.pauseAll();
   }
 
@@ -211,9 +167,9 @@ export class KafkaAdapter implements BrokerAdapter {
     if (this.activeBatches.size > 0) {
       this.log.warn('kafka: handlers still running at close; their records are left to the next owner', {
         consumer: this.consumerName,
-        inFlight: this.inFlight,
+        inFlight: this.slots.inFlight,
       });
-      this.abandon();
+      this.slots.abandon();
       await waitAtMost(Promise.allSettled([...this.activeBatches]), closeTimeoutMs);
     }
     for (const timer of this.timers) clearTimeout(timer);
@@ -231,88 +187,23 @@ export class KafkaAdapter implements BrokerAdapter {
   }
 
   private pauseAll(): void {
-    const consumer = this.consumer;
-    if (!consumer) return;
-    try {
-      consumer.pause([{ topic: this.config.topic }]);
-    } catch (error) {
-      // kafkajs throws when the consumer is not running (crashed, being rebuilt): nothing fetches then.
-      this.log.debug('kafka: pausing on stop failed', { error });
-    }
+    this.consumer?.pauseAll();
   }
 
   // ------------------------------------------------------------------------------------
   // Setup
   // ------------------------------------------------------------------------------------
 
-  private async topicPartitionCount(topic: string): Promise<number> {
-    try {
-      const metadata = await this.admin!.fetchTopicMetadata({ topics: [topic] });
-      return metadata.topics[0]?.partitions.length ?? 0;
-    } catch (error) {
-      if ((error as { type?: string }).type === 'UNKNOWN_TOPIC_OR_PARTITION') {
-        throw new KafkaTopicMissingError(topic, `Kafka topic '${topic}' does not exist (broker.topic)`, {
-          cause: error,
-        });
-      }
-      throw error;
-    }
-  }
-
-  private async ensureDeadLetterTopic(partitions: number): Promise<void> {
-    const { deadLetterTopic, createDeadLetterTopic } = this.config;
-    const existing = await this.admin!.listTopics();
-    if (existing.includes(deadLetterTopic)) return;
-    if (!createDeadLetterTopic) {
-      throw new KafkaTopicMissingError(
-        deadLetterTopic,
-        `dead-letter topic '${deadLetterTopic}' does not exist; create it or set broker.createDeadLetterTopic`,
-      );
-    }
-    try {
-      // createTopics counts a topic another consumer of the group created at the same
-      // moment as existing.
-      await createTopics(this.admin!, [{ topic: deadLetterTopic, numPartitions: Math.max(1, partitions) }]);
-    } catch (error) {
-      throw new KafkaTopicMissingError(
-        deadLetterTopic,
-        `dead-letter topic '${deadLetterTopic}' does not exist and could not be created: create it or set broker.deadLetterTopic`,
-        { cause: error },
-      );
-    }
-  }
-
   private async startConsumer(): Promise<void> {
-    const { config } = this;
-    const consumer = this.kafka!.consumer({
-      groupId: config.groupId,
-      sessionTimeout: config.sessionTimeout,
-      heartbeatInterval: config.heartbeatInterval,
-      rebalanceTimeout: config.rebalanceTimeout,
-      maxWaitTimeInMs: config.maxWaitTimeInMs,
-      ...(config.maxBytesPerPartition ? { maxBytesPerPartition: config.maxBytesPerPartition } : {}),
-      ...(config.minBytes !== undefined ? { minBytes: config.minBytes } : {}),
-      ...(config.maxBytes !== undefined ? { maxBytes: config.maxBytes } : {}),
-      ...(config.rackId !== undefined ? { rackId: config.rackId } : {}),
-      // kafkajs' consumer() defaults its own retries to 5 over the client's settings.
-      ...(config.retry ? { retry: config.retry } : {}),
-      allowAutoTopicCreation: false,
-    });
-    consumer.on(consumer.events.GROUP_JOIN, (event) => this.onGroupJoin(consumer, event));
-    consumer.on(consumer.events.HEARTBEAT, () => {
-      this.lastHeartbeatAt = Date.now();
-      this.heartbeatSentAt = this.lastHeartbeatAt;
-    });
-    consumer.on(consumer.events.CRASH, (event) => this.onCrash(consumer, event));
+    const consumer = this.driver!.consumer();
     this.consumer = consumer;
-    await consumer.connect();
-    await consumer.subscribe({ topics: [config.topic], fromBeginning: config.fromBeginning });
     await consumer.run({
-      autoCommit: false,
-      // kafkajs would otherwise resolve batch.lastOffset() whenever eachBatch returns,
-      // committing records that never ran.
-      eachBatchAutoResolve: false,
-      partitionsConsumedConcurrently: config.partitionsConsumedConcurrently ?? this.runtime!.concurrency,
+      onAssigned: (partitions) => this.onGroupJoin(consumer, partitions),
+      onHeartbeat: () => {
+        this.lastHeartbeatAt = Date.now();
+        this.heartbeatSentAt = this.lastHeartbeatAt;
+      },
+      onCrash: (error, restart) => this.onCrash(consumer, error, restart),
       eachBatch: (payload) => this.trackBatch(payload),
     });
     if (this.stopRequested) this.pauseAll();
@@ -328,12 +219,8 @@ export class KafkaAdapter implements BrokerAdapter {
     };
   }
 
-  /**
-   * kafkajs has no rebalance listener; GROUP_JOIN (emitted synchronously after
-   * SyncGroup, before the first fetch) is the nearest hook.
-   */
-  private onGroupJoin(consumer: KafkaConsumer, event: ConsumerGroupJoinEvent): void {
-    const assigned = event.payload.memberAssignment[this.config.topic] ?? [];
+  /** A new generation (the client calls it before the first fetch of the assignment). */
+  private onGroupJoin(consumer: GroupConsumer, assigned: number[]): void {
     const generation = this.newGeneration(new Set(assigned));
     this.generation = generation;
     this.lastHeartbeatAt = Date.now();
@@ -347,52 +234,25 @@ export class KafkaAdapter implements BrokerAdapter {
       // The read is asynchronous and kafkajs fetches at once, so the first batches may
       // come before it lands: they wait for it (processBatch), and the conditional
       // upsert in the transaction is what guarantees correctness either way.
-      generation.storedOffsets = this.seekToStoredOffsets(consumer, generation);
-    }
-  }
-
-  /**
-   * `offsets` mode: seek each assigned partition to the stored next offset when it is
-   * ahead of the group's committed offset (our Kafka commits trail the store). Never
-   * seeks backwards: records dead-lettered or skipped never advanced the stored offset.
-   */
-  private async seekToStoredOffsets(
-    consumer: KafkaConsumer,
-    generation: Generation,
-  ): Promise<Map<number, string>> {
-    const { topic, groupId } = this.config;
-    try {
-      const stored = await this.runtime!.store.offsets!.read(this.consumerName, topic);
-      const committed = await this.admin!.fetchOffsets({ groupId, topics: [topic] });
-      const committedBy = new Map(committed[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]) ?? []);
-      for (const partition of generation.partitions) {
-        const next = stored.get(partition);
-        if (next === undefined || generation !== this.generation) continue;
-        if (BigInt(next) > (committedBy.get(partition) ?? -1n)) {
-          consumer.seek({ topic, partition, offset: next });
-          this.log.debug('kafka: seek to stored offset', {
-            consumer: this.consumerName,
-            topic,
-            partition,
-            offset: next,
-          });
-        }
-      }
-      return stored;
-    } catch (error) {
-      this.runtime!.reportError(
-        error,
-        'offsets mode: could not read stored offsets at assignment; records already applied are skipped by the conditional upsert',
+      generation.storedOffsets = seekToStoredOffsets(
+        {
+          config: this.config,
+          runtime: this.runtime,
+          admin: this.admin!,
+          consumerName: this.consumerName,
+          log: this.log,
+          generation: () => this.generation,
+        },
+        consumer,
+        generation,
       );
-      return new Map();
     }
   }
 
-  private onCrash(consumer: KafkaConsumer, event: ConsumerCrashEvent): void {
-    const { error, restart } = event.payload;
+  private onCrash(consumer: GroupConsumer, error: Error, restart: boolean): void {
     this.runtime?.reportError(
       error,
-      restart ? 'kafka consumer crashed; kafkajs restarts it' : 'kafka consumer crashed',
+      restart ? `kafka consumer crashed; ${this.driver?.name} restarts it` : 'kafka consumer crashed',
     );
     if (restart || this.stopRequested || consumer !== this.consumer) return;
     // kafkajs gives up on errors it deems non-retriable; a consumer must not stay dead
@@ -405,9 +265,7 @@ export class KafkaAdapter implements BrokerAdapter {
       try {
         await this.startConsumer();
       } catch (startError) {
-        this.onCrash(this.consumer!, {
-          payload: { error: startError as Error, groupId: this.config.groupId, restart: false },
-        } as ConsumerCrashEvent);
+        this.onCrash(this.consumer!, startError as Error, false);
       }
     });
   }
@@ -424,7 +282,7 @@ export class KafkaAdapter implements BrokerAdapter {
   // Batches
   // ------------------------------------------------------------------------------------
 
-  private trackBatch(payload: EachBatchPayload): Promise<void> {
+  private trackBatch(payload: ClientBatch): Promise<void> {
     const run = this.processBatch(payload);
     const tracked = run.catch(() => {});
     this.activeBatches.add(tracked);
@@ -432,7 +290,7 @@ export class KafkaAdapter implements BrokerAdapter {
     return run;
   }
 
-  private async processBatch(payload: EachBatchPayload): Promise<void> {
+  private async processBatch(payload: ClientBatch): Promise<void> {
     const { batch, resolveOffset, isStale, isRunning } = payload;
     const generation = this.generation;
     const runtime = this.runtime!;
@@ -449,7 +307,7 @@ export class KafkaAdapter implements BrokerAdapter {
 
     let storedNext: bigint | undefined;
     if (runtime.mode === 'offsets') {
-      const storedOffsets = await this.heartbeatWhile(generation.storedOffsets, heartbeat, mustLeave);
+      const storedOffsets = await this.slots.heartbeatWhile(generation.storedOffsets, heartbeat, mustLeave);
       // The read did not land before the batch had to end: nothing was resolved.
       if (storedOffsets === undefined) return this.endBatch(generation);
       const stored = storedOffsets.get(partition);
@@ -478,8 +336,8 @@ export class KafkaAdapter implements BrokerAdapter {
           if (!this.stopRequested) this.schedule(heldFor, payload.pause());
           break;
         }
-        if (!(await this.waitForSlot(heartbeat, mustLeave))) break;
-        const window = [message, ...this.reserveMore(messages, index + 1, storedNext)];
+        if (!(await this.slots.waitForSlot(runtime, heartbeat, mustLeave))) break;
+        const window = [message, ...this.slots.reserveMore(runtime, messages, index + 1, storedNext)];
         let settlements: Settlement[];
         try {
           if (mustLeave()) break;
@@ -488,7 +346,7 @@ export class KafkaAdapter implements BrokerAdapter {
               ? [await this.deliver(batch, message, payload, generation)]
               : await this.deliverInOrder(batch, window, payload, generation);
         } finally {
-          this.freeSlots(window.length);
+          this.slots.freeSlots(window.length);
         }
         // The done prefix only: the first record not done holds the partition, and the
         // ones after it (released by the core) are fetched again after it.
@@ -526,36 +384,10 @@ export class KafkaAdapter implements BrokerAdapter {
   }
 
   /**
-   * Waits for `work`, heartbeating every `heartbeatInterval` so the group keeps this
-   * member (a slow store must not get it evicted). Undefined when the batch must end
-   * first, or close() gave up waiting.
-   */
-  private async heartbeatWhile<T>(
-    work: Promise<T>,
-    heartbeat: () => Promise<void>,
-    mustLeave: () => boolean,
-  ): Promise<T | undefined> {
-    const done = this.unlessAbandoned(work.then((value) => ({ value })));
-    for (;;) {
-      let timer: NodeJS.Timeout | undefined;
-      const tick = new Promise<'tick'>((resolve) => {
-        timer = setTimeout(() => resolve('tick'), this.config.heartbeatInterval);
-      });
-      const result = await Promise.race([done, tick]);
-      clearTimeout(timer);
-      if (result === undefined) return undefined;
-      if (result !== 'tick') return result.value;
-      if (mustLeave()) return undefined;
-      await heartbeat();
-      if (mustLeave()) return undefined;
-    }
-  }
-
-  /**
    * Not done: the partition must not move past this record. kafkajs fetches from the
    * last resolved offset, which is this record, once the partition is resumed.
    */
-  private holdPartition(settlement: Settlement, payload: EachBatchPayload): void {
+  private holdPartition(settlement: Settlement, payload: ClientBatch): void {
     const delayMs =
       settlement.kind === 'retry'
         ? settlement.delayMs
@@ -581,79 +413,6 @@ export class KafkaAdapter implements BrokerAdapter {
     return 0;
   }
 
-  /**
-   * Waits until the core takes work (it holds new work back while the store is down, and
-   * while every slot is busy), heartbeating meanwhile so the group keeps this member.
-   * False once the batch must end: stopping, or a heartbeat saw a rebalance or the loss
-   * of the membership. kafkajs rejoins only after every eachBatch returned, so a batch
-   * that kept waiting here would hold the whole group's rebalance until this member is
-   * evicted (rebalanceTimeout).
-   */
-  private async waitForSlot(heartbeat: () => Promise<void>, mustLeave: () => boolean): Promise<boolean> {
-    const runtime = this.runtime!;
-    let ready: Promise<number | 'freed'> = this.nextSlot(runtime);
-    for (;;) {
-      // Usually a slot is free and the answer already there: no heartbeat timer for that
-      // (a timer per record was a fifth of the adapter's CPU per record).
-      let result: number | 'freed' | 'tick' | 'not-yet' = await Promise.race([ready, NOT_YET]);
-      if (result === 'not-yet') {
-        let timer: NodeJS.Timeout | undefined;
-        const tick = new Promise<'tick'>((resolve) => {
-          timer = setTimeout(() => resolve('tick'), this.config.heartbeatInterval);
-        });
-        result = await Promise.race([ready, tick]);
-        clearTimeout(timer);
-      }
-      if (result === 'freed') {
-        ready = this.nextSlot(runtime);
-        continue;
-      }
-      if (result !== 'tick') {
-        if (result <= 0) return false;
-        // The core's whenReady() reserves nothing, and every partition's batch asks it:
-        // reserve here, synchronously, so concurrent batches never exceed concurrency.
-        if (this.inFlight < runtime.concurrency) {
-          this.inFlight++;
-          return true;
-        }
-        ready = this.nextSlot(runtime);
-        continue;
-      }
-      if (mustLeave()) return false;
-      await heartbeat();
-      if (mustLeave()) return false;
-    }
-  }
-
-  /** The core's answer, or 'freed' when one of our records settled while every slot was ours. */
-  private nextSlot(runtime: AdapterRuntime): Promise<number | 'freed'> {
-    if (this.inFlight < runtime.concurrency) return runtime.whenReady();
-    return new Promise((resolve) => this.slotWaiters.push(() => resolve('freed')));
-  }
-
-  /**
-   * With the consumer's `batch` option: slots for up to `batchSize - 1` more records of
-   * the partition after `from`, taken only while free (never waited for), so a partition's
-   * records run in one transaction. Stops at a record `offsets` mode would skip.
-   */
-  private reserveMore(
-    messages: KafkaMessage[],
-    from: number,
-    storedNext: bigint | undefined,
-  ): KafkaMessage[] {
-    const runtime = this.runtime!;
-    const more: KafkaMessage[] = [];
-    if (runtime.batchSize === undefined) return more;
-    for (let i = from; i < messages.length && more.length < runtime.batchSize - 1; i++) {
-      if (this.inFlight >= runtime.concurrency) break;
-      const message = messages[i]!;
-      if (storedNext !== undefined && BigInt(message.offset) < storedNext) break;
-      this.inFlight++;
-      more.push(message);
-    }
-    return more;
-  }
-
   /** Resolved records never come back to this member: their dead-letter marks can go. */
   private forgetDeadLetters(partition: number, next: bigint): void {
     const written = this.deadLettered.get(partition);
@@ -662,59 +421,15 @@ export class KafkaAdapter implements BrokerAdapter {
     if (written.size === 0) this.deadLettered.delete(partition);
   }
 
-  private freeSlots(count: number): void {
-    this.inFlight -= count;
-    this.wakeSlotWaiters();
-  }
-
-  /**
-   * `work`'s result, or undefined as soon as close() abandons the handlers still running.
-   * Not `Promise.race([work, abandoned])` with one promise that lives as long as the
-   * adapter: every race leaves a reaction on that promise until it settles, two live
-   * promises per record for the consumer's whole life (conformance scenario 18).
-   */
-  private unlessAbandoned<T>(work: Promise<T>): Promise<T | undefined> {
-    if (this.abandoned) {
-      // Nobody waits for it any more: its failure must not become an unhandled rejection.
-      work.catch(() => {});
-      return Promise.resolve(undefined);
-    }
-    return new Promise<T | undefined>((resolve, reject) => {
-      const giveUp = () => resolve(undefined);
-      this.abandonWaiters.add(giveUp);
-      work.then(
-        (value) => {
-          this.abandonWaiters.delete(giveUp);
-          resolve(value);
-        },
-        (error: unknown) => {
-          this.abandonWaiters.delete(giveUp);
-          reject(error);
-        },
-      );
-    });
-  }
-
-  /** close() gave up waiting: every running wait of `unlessAbandoned` ends now. */
-  private abandon(): void {
-    this.abandoned = true;
-    for (const giveUp of this.abandonWaiters) giveUp();
-    this.abandonWaiters.clear();
-  }
-
-  private wakeSlotWaiters(): void {
-    for (const wake of this.slotWaiters.splice(0)) wake();
-  }
-
   private async deliver(
-    batch: Batch,
-    message: KafkaMessage,
-    payload: EachBatchPayload,
+    batch: ClientBatch['batch'],
+    message: KafkaRecord,
+    payload: ClientBatch,
     generation: Generation,
   ): Promise<Settlement> {
     const { delivery, settlement } = this.toDelivery(batch, message, payload, generation);
     // close() abandons a handler that outlives its wait: the record stays uncommitted.
-    await this.unlessAbandoned(this.runtime!.dispatch(delivery));
+    await this.slots.unlessAbandoned(this.runtime!.dispatch(delivery));
     return settlement();
   }
 
@@ -723,13 +438,15 @@ export class KafkaAdapter implements BrokerAdapter {
    * for all of them; what follows a failed record is released (not committed before it).
    */
   private async deliverInOrder(
-    batch: Batch,
-    messages: KafkaMessage[],
-    payload: EachBatchPayload,
+    batch: ClientBatch['batch'],
+    messages: KafkaRecord[],
+    payload: ClientBatch,
     generation: Generation,
   ): Promise<Settlement[]> {
     const deliveries = messages.map((message) => this.toDelivery(batch, message, payload, generation));
-    await this.unlessAbandoned(this.runtime!.dispatchInOrder!(deliveries.map(({ delivery }) => delivery)));
+    await this.slots.unlessAbandoned(
+      this.runtime!.dispatchInOrder!(deliveries.map(({ delivery }) => delivery)),
+    );
     return deliveries.map(({ settlement }) => settlement());
   }
 
@@ -738,9 +455,9 @@ export class KafkaAdapter implements BrokerAdapter {
    * close() abandoned) changes nothing, and an unsettled record is `unsettled`.
    */
   private toDelivery(
-    batch: Batch,
-    message: KafkaMessage,
-    payload: EachBatchPayload,
+    batch: ClientBatch['batch'],
+    message: KafkaRecord,
+    payload: ClientBatch,
     generation: Generation,
   ): { delivery: Delivery; settlement: () => Settlement } {
     let settlement: Settlement | undefined;
@@ -760,14 +477,20 @@ export class KafkaAdapter implements BrokerAdapter {
       deadLetter: async (reason, detail) => {
         const offset = BigInt(message.offset);
         if (!this.deadLettered.get(batch.partition)?.has(offset)) {
-          await this.publishDeadLetter(batch, message, reason, detail);
+          const target = {
+            producer: this.producer!,
+            deadLetterTopic: this.config.deadLetterTopic,
+            consumerName: this.consumerName,
+            runtime: this.runtime,
+          };
+          await publishDeadLetter(target, batch, message, reason, detail);
           const written = this.deadLettered.get(batch.partition) ?? new Set<bigint>();
           this.deadLettered.set(batch.partition, written.add(offset));
         }
         settle({ kind: 'done' });
       },
       release: async () => settle({ kind: 'release' }),
-      extendLease: async () => this.extendLease(payload, generation),
+      extendLease: async () => extendLease(payload, generation),
     };
     return {
       delivery,
@@ -796,85 +519,14 @@ export class KafkaAdapter implements BrokerAdapter {
     return firstOfAssignment || (highest !== undefined && offset <= highest);
   }
 
-  private async publishDeadLetter(
-    batch: Batch,
-    message: KafkaMessage,
-    reason: DeadLetterReason,
-    detail: string,
-  ): Promise<void> {
-    const record = deadLetterRecord({
-      topic: batch.topic,
-      partition: batch.partition,
-      message,
-      consumer: this.consumerName,
-      reason,
-      detail,
-    });
-    const produce = (messages: Message[]) =>
-      this.producer!.send({ topic: this.config.deadLetterTopic, acks: -1, messages });
-    try {
-      await produce([record]);
-    } catch (error) {
-      if (!isTooLarge(error)) throw error;
-      // The dead-letter topic refuses the record (its max.message.bytes is below the
-      // source topic's): it would be refused on every redelivery too, and the partition
-      // would never move. Keep the evidence that fits: first without the value, then
-      // with Oncely's headers only. The original stays readable at its offset until the
-      // source topic's retention removes it.
-      const size = message.value?.length ?? 0;
-      const note = `MESSAGE_TOO_LARGE: the ${size}-byte value was left out; read it at ${batch.topic}/${batch.partition}/${message.offset}`;
-      const withoutValue: Message = {
-        ...record,
-        value: null,
-        headers: { ...record.headers, [DEAD_LETTER_HEADERS.valueDropped]: note },
-      };
-      this.runtime?.reportError(
-        error,
-        `dead letter too large for '${this.config.deadLetterTopic}'; writing it without its value`,
-      );
-      try {
-        await produce([withoutValue]);
-      } catch (again) {
-        if (!isTooLarge(again)) throw again;
-        const ours = Object.fromEntries(
-          Object.entries(withoutValue.headers ?? {}).filter(
-            ([name]) => name === MESSAGE_ID_HEADER || name.startsWith('oncely-'),
-          ),
-        );
-        await produce([{ ...withoutValue, headers: ours }]);
-      }
-    }
-  }
-
   // ------------------------------------------------------------------------------------
   // Group membership: heartbeats are this broker's lease
   // ------------------------------------------------------------------------------------
 
-  /** The lease keeper's renewal: a heartbeat. Rejects with LeaseLostError once the member is out. */
-  private async extendLease(payload: EachBatchPayload, generation: Generation): Promise<void> {
-    if (generation.lost !== undefined) throw lostError(generation.lost);
-    try {
-      await payload.heartbeat();
-    } catch (error) {
-      const kind = classifyGroupError(error);
-      if (kind === 'lost') {
-        generation.lost = error;
-        throw lostError(error);
-      }
-      if (kind === 'rebalancing') {
-        // The member may keep its partitions; it must rejoin within rebalanceTimeout,
-        // which it does once this batch returns. A later heartbeat reports 'lost' if not.
-        generation.rebalancing = error;
-        return;
-      }
-      throw error;
-    }
-  }
-
   /** Heartbeat between records; records group errors instead of throwing. */
-  private async heartbeat(payload: EachBatchPayload, generation: Generation): Promise<void> {
+  private async heartbeat(payload: ClientBatch, generation: Generation): Promise<void> {
     try {
-      await this.extendLease(payload, generation);
+      await extendLease(payload, generation);
     } catch (error) {
       if (generation.lost === undefined) this.runtime!.reportError(error, 'heartbeat failed');
     }
@@ -885,11 +537,11 @@ export class KafkaAdapter implements BrokerAdapter {
    * it may have been silent for a whole session (renewal off, long stall): a settle on a
    * lost membership is reported as a failed ack (`LeaseLostError`), never committed.
    */
-  private async confirmMembership(payload: EachBatchPayload, generation: Generation): Promise<void> {
+  private async confirmMembership(payload: ClientBatch, generation: Generation): Promise<void> {
     if (generation.lost !== undefined) throw lostError(generation.lost);
     if (Date.now() - this.lastHeartbeatAt < this.config.sessionTimeout) return;
     try {
-      await this.extendLease(payload, generation);
+      await extendLease(payload, generation);
     } catch (error) {
       if (error instanceof LeaseLostError) throw error;
       // A connection error says nothing about membership; the commit decides.
@@ -914,7 +566,7 @@ export class KafkaAdapter implements BrokerAdapter {
     const last = generation.committed.get(partition);
     if (last !== undefined && last >= next) return;
     try {
-      await this.consumer!.commitOffsets([{ topic: this.config.topic, partition, offset: next.toString() }]);
+      await this.consumer!.commit(partition, next);
       generation.committed.set(partition, next);
     } catch (error) {
       if (classifyGroupError(error) === 'lost') generation.lost = error;
@@ -927,43 +579,18 @@ export class KafkaAdapter implements BrokerAdapter {
 }
 
 /**
- * Group errors by what they mean for the records this member holds.
- * `REBALANCE_IN_PROGRESS` / `NOT_COORDINATOR*`: rejoin, partitions may stay.
- * `UNKNOWN_MEMBER_ID` / `ILLEGAL_GENERATION` / `FENCED_INSTANCE_ID`: the generation is
- * over without us; the partitions may already belong to another member.
+ * The @platformatic/kafka driver, loaded only when chosen: it is an optional peer
+ * dependency, and needs Node >= 22.22 or >= 24.6.
  */
-function classifyGroupError(error: unknown): 'rebalancing' | 'lost' | 'other' {
-  const type = (error as { type?: unknown } | null)?.type;
-  switch (type) {
-    case 'REBALANCE_IN_PROGRESS':
-    case 'NOT_COORDINATOR_FOR_GROUP':
-    case 'NOT_COORDINATOR':
-      return 'rebalancing';
-    case 'UNKNOWN_MEMBER_ID':
-    case 'ILLEGAL_GENERATION':
-    case 'FENCED_INSTANCE_ID':
-      return 'lost';
-    default:
-      return 'other';
+async function loadPlatformatic(): Promise<typeof import('./adapter/platformaticClient.js')> {
+  try {
+    return await import('./adapter/platformaticClient.js');
+  } catch (error) {
+    throw new Error(
+      `broker.client 'platformatic' needs the @platformatic/kafka package (npm install @platformatic/kafka) and Node >= 22.22 or >= 24.6 (this is ${process.version})`,
+      { cause: error },
+    );
   }
-}
-
-/** The broker refused a record as larger than the topic's `max.message.bytes`. */
-function isTooLarge(error: unknown): boolean {
-  for (let e = error as { type?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 5; depth++) {
-    if (e.type === 'MESSAGE_TOO_LARGE' || e.type === 'RECORD_LIST_TOO_LARGE') return true;
-    e = e.cause as typeof e;
-  }
-  return false;
-}
-
-function lostError(cause: unknown): LeaseLostError {
-  return new LeaseLostError(
-    'this member is no longer in the consumer group; its partitions may be reassigned',
-    {
-      cause,
-    },
-  );
 }
 
 async function waitAtMost(promise: Promise<unknown>, ms: number): Promise<void> {

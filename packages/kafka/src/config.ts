@@ -37,6 +37,13 @@ export type KafkaBrokerOptions = {
   brokers?: string[] | string;
   /** The topic to consume. */
   topic: string;
+  /**
+   * The Kafka client library the adapter runs on: `kafkajs` (a peer dependency, no
+   * release since 2023) or `platformatic` (`@platformatic/kafka`, maintained; an optional
+   * peer dependency, Node >= 22.22 or >= 24.6). See the README for the differences.
+   * @default 'kafkajs'
+   */
+  client?: KafkaClientName;
   /** Consumer group. @default the consumer's `name` */
   groupId?: string;
   /** kafkajs client ID. @default `oncely-<consumer name>` */
@@ -112,6 +119,11 @@ export type KafkaBrokerOptions = {
   kafka?: KafkaClientLike;
 };
 
+/** The client libraries the adapter runs on. */
+export type KafkaClientName = 'kafkajs' | 'platformatic';
+
+const CLIENTS: readonly KafkaClientName[] = ['kafkajs', 'platformatic'];
+
 /** kafkajs' `RetryOptions`. */
 export interface KafkaRetryOptions {
   maxRetryTime?: number;
@@ -140,6 +152,7 @@ export interface KafkaClientLike {
 export interface ResolvedKafkaConfig {
   brokers: string[];
   topic: string;
+  client: KafkaClientName;
   groupId: string;
   clientId: string;
   sessionTimeout: number;
@@ -169,6 +182,7 @@ const KNOWN = new Set([
   'type',
   'brokers',
   'topic',
+  'client',
   'groupId',
   'clientId',
   'sessionTimeout',
@@ -256,6 +270,22 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
       `must be a Kafka topic name ([a-zA-Z0-9._-]{1,249}), got ${show(b.topic)}`,
     );
   }
+  if (b.client !== undefined && !CLIENTS.includes(b.client)) {
+    throw new ConfigError('broker.client', `must be one of ${CLIENTS.join(', ')}, got ${show(b.client)}`);
+  }
+  if (b.client === 'platformatic' && b.kafka !== undefined) {
+    throw new ConfigError(
+      'broker.kafka',
+      "is a KafkaJS client and cannot be used with broker.client 'platformatic' (give brokers instead)",
+    );
+  }
+  if (b.client === 'platformatic' && !nodeRunsPlatformatic(process.versions.node)) {
+    // It loads on older Node, but its engines say >= 22.22: not a runtime it is tested on.
+    throw new ConfigError(
+      'broker.client',
+      `'platformatic' needs Node >= 22.22 (@platformatic/kafka's engines); this is ${process.version}`,
+    );
+  }
   optionalString(b.groupId, 'broker.groupId');
   optionalString(b.clientId, 'broker.clientId');
   if (
@@ -331,6 +361,7 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
   return {
     brokers,
     topic: b.topic,
+    client: b.client ?? 'kafkajs',
     groupId: b.groupId ?? consumerName,
     clientId: b.clientId ?? `oncely-${consumerName}`,
     sessionTimeout,
@@ -355,6 +386,12 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
     logLevel: b.logLevel ?? 'warn',
     kafka: b.kafka,
   };
+}
+
+/** @platformatic/kafka's engines: `>= 22.22.0 || >= 24.6.0`, so any Node from 22.22 on. */
+export function nodeRunsPlatformatic(version: string): boolean {
+  const [major = 0, minor = 0] = version.split('.').map(Number);
+  return major > 22 || (major === 22 && minor >= 22);
 }
 
 function integer(value: unknown, min: number, max: number, field: string): void {

@@ -2,6 +2,7 @@ export type {
   KafkaBrokerConfig,
   KafkaBrokerOptions,
   KafkaClientLike,
+  KafkaClientName,
   KafkaRetryOptions,
   ResolvedKafkaConfig,
 } from './config.js';

@@ -82,6 +82,24 @@ describe('resolveKafkaConfig', () => {
     expect(injected.brokers).toEqual([]);
   });
 
+  it('chooses the client library: kafkajs by default, or @platformatic/kafka', () => {
+    expect(resolveKafkaConfig(base, 'c').client).toBe('kafkajs');
+    const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
+    if (major > 22 || (major === 22 && minor >= 22)) {
+      expect(resolveKafkaConfig({ ...base, client: 'platformatic' }, 'c').client).toBe('platformatic');
+    } else {
+      // @platformatic/kafka's engines: Node >= 22.22. It would load, untested.
+      const old = configError({ ...base, client: 'platformatic' });
+      expect(old.field).toBe('broker.client');
+      expect(old.message).toMatch(/Node >= 22\.22/);
+    }
+    // Your own kafkajs client cannot drive the @platformatic/kafka path.
+    const kafka = { consumer: () => ({}), producer: () => ({}), admin: () => ({}) };
+    const conflict = configError({ ...base, client: 'platformatic', kafka });
+    expect(conflict.field).toBe('broker.kafka');
+    expect(conflict.message).toMatch(/platformatic/);
+  });
+
   it('accepts brokers as a comma-separated string (environment variables)', () => {
     expect(resolveKafkaConfig({ ...base, brokers: 'a:9092, b:9093' }, 'c').brokers).toEqual([
       'a:9092',
@@ -109,6 +127,7 @@ describe('resolveKafkaConfig', () => {
     [{ maxBytes: 10 }, 'broker.maxBytes'],
     [{ rackId: '' }, 'broker.rackId'],
     [{ kafka: {} }, 'broker.kafka'],
+    [{ client: 'confluent' }, 'broker.client'],
   ])('%j fails naming %s', (override, field) => {
     expect(configError({ ...base, ...override }).field).toBe(field);
   });

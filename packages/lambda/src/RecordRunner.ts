@@ -15,6 +15,7 @@ import type {
 import {
   ConfigError,
   decodeBody,
+  defaultPublishId,
   describeIdStrategy,
   fingerprintDelivery,
   outboxOf,
@@ -104,6 +105,8 @@ export interface PreparedRecord<TIdentifier = string> {
   group?: string;
   /** Receive count kept by the event source, when it keeps one. */
   receiveCount?: number;
+  /** Why the record's body cannot be what its event source sends (the record is reported failed, unrun). */
+  invalidBody?: string;
 }
 
 /**
@@ -171,6 +174,7 @@ export class RecordRunner<TBody> {
     }
     let body: TBody;
     try {
+      if (record.invalidBody !== undefined) throw new TypeError(record.invalidBody);
       body = decodeBody(this.bodyFormat, record.envelope.body) as TBody;
     } catch (error) {
       this.log.error('oncely/lambda: record body cannot be decoded; reported failed', {
@@ -224,7 +228,9 @@ export class RecordRunner<TBody> {
       idempotencyKey: (step) => `${name}:${message.id}:${step}`,
       savepoint: (work) => store.savepoint(tx, work),
       publish: async (destination, body, options) => {
-        const row = toOutboxWrite(destination, body, options, () => `${name}:${message.id}:${++published}`);
+        const row = toOutboxWrite(destination, body, options, () =>
+          defaultPublishId(name, message.id, ++published),
+        );
         await outboxOf(store).write(tx, row);
         return row.id;
       },

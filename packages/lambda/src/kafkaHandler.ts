@@ -59,7 +59,22 @@ export function kafkaHandler<TBody = unknown>(
       );
     }
     // The mapping lists each topic-partition's records in offset order; that order is kept.
-    const records = Object.values(event.records).flat().map(prepareKafkaRecord);
+    // A non-object record cannot run nor be named in a report: it fails its partition and
+    // then the whole batch (below).
+    const records = Object.entries(event.records).flatMap(([topicPartition, list]) =>
+      (Array.isArray(list) ? list : [list]).map(
+        (record: unknown, index): PreparedRecord<KafkaItemIdentifier> | Unnamed => {
+          if (typeof record === 'object' && record !== null)
+            return prepareKafkaRecord(record as KafkaRecordLike);
+          const label = `records[${JSON.stringify(topicPartition)}][${index}]`;
+          runner.log.error(
+            `oncely/lambda: ${label} is not a Kafka record (${record === null ? 'null' : typeof record}); it is not run and fails the batch`,
+            { consumer: options.name, reason: 'invalid-record' },
+          );
+          return { unnamed: label, group: topicPartition };
+        },
+      ),
+    );
     const deadline = runner.deadline(context);
     try {
       const outcomes: RecordOutcome[] = [];
@@ -72,14 +87,33 @@ export function kafkaHandler<TBody = unknown>(
           outcomes.push('skipped');
           continue;
         }
+        if ('unnamed' in record) {
+          outcomes.push('failed');
+          stopped.add(record.group);
+          continue;
+        }
         const outcome = await runner.runOne(record, deadline.signal);
         outcomes.push(outcome);
         if (outcome === 'unavailable') stoppedAll = true;
         if (outcome === 'failed') stopped.add(record.group!);
       }
-      const failed = records
-        .filter((_, i) => outcomes[i] !== 'processed' && outcomes[i] !== 'duplicate')
-        .map((record) => record.itemIdentifier);
+      const retried = records.filter((_, i) => outcomes[i] !== 'processed' && outcomes[i] !== 'duplicate');
+      if (retried.some((record) => 'unnamed' in record)) {
+        // As for SQS: an item the partial batch response cannot name fails the whole batch.
+        const names = retried.map((record) =>
+          'unnamed' in record
+            ? record.unnamed
+            : `${record.itemIdentifier.partition}-${record.itemIdentifier.offset}`,
+        );
+        runner.log.error(
+          'oncely/lambda: records to retry include one that is not a Kafka record, which no report can name: the whole batch is failed; records that committed are skipped as duplicates when it comes back',
+          { consumer: options.name, failed: names, reason: 'unidentified-record' },
+        );
+        throw new BatchFailedError(names);
+      }
+      const failed = (retried as Array<PreparedRecord<KafkaItemIdentifier>>).map(
+        (record) => record.itemIdentifier,
+      );
       if (failed.length > 0 && report === 'throw') {
         throw new BatchFailedError(failed.map(({ partition, offset }) => `${partition}-${offset}`));
       }
@@ -88,6 +122,12 @@ export function kafkaHandler<TBody = unknown>(
       deadline.dispose();
     }
   };
+}
+
+/** A record of the event that is not one (null, a number): it has a place, no identity. */
+interface Unnamed {
+  unnamed: string;
+  group: string;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { InvalidEventError } from './errors.js';
+import { BatchFailedError, InvalidEventError } from './errors.js';
 import type { BatchResponse, SqsEventLike, SqsRecordLike } from './events.js';
 import type {
   LambdaContextLike,
@@ -65,23 +65,40 @@ export function sqsHandler<TBody = unknown>(
     if (!event || !Array.isArray(event.Records)) {
       throw new InvalidEventError('sqsHandler expects an SQS event ({ Records: [...] })');
     }
-    const records = event.Records.map(prepareSqsRecord);
-    const fifo = event.Records.some((record) => record.eventSourceARN?.endsWith('.fifo'));
+    // A non-object record cannot run (it has no body, no ID): it fails, logged, and the rest run.
+    const records = event.Records.map((record, index): PreparedRecord | undefined => {
+      if (typeof record === 'object' && record !== null) return prepareSqsRecord(record);
+      runner.log.error(
+        `oncely/lambda: Records[${index}] is not an SQS record (${record === null ? 'null' : typeof record}); it is not run and fails the batch`,
+        { consumer: options.name, reason: 'invalid-record' },
+      );
+      return undefined;
+    });
+    const fifo = records.some((record) => {
+      const source: unknown = record?.envelope.source;
+      return typeof source === 'string' && source.endsWith('.fifo');
+    });
     const deadline = runner.deadline(context);
     try {
-      let outcomes: RecordOutcome[];
-      if (!fifo && options.batch && records.length > 1) {
-        outcomes = await runner.runBatch(records, deadline);
+      const outcomes: RecordOutcome[] = [];
+      const runnable = records.filter((record): record is PreparedRecord => record !== undefined);
+      if (!fifo && options.batch && runnable.length > 1) {
+        const ran = await runner.runBatch(runnable, deadline);
+        for (const record of records) outcomes.push(record ? ran[runnable.indexOf(record)]! : 'failed');
       } else {
-        outcomes = [];
         const stoppedGroups = new Set<string>();
         let stoppedAll = false;
         for (const record of records) {
-          const group = record.group ?? '';
           // Out of time or out of store: what was not run comes back later, untouched.
           if (deadline.signal.aborted) stoppedAll = true;
-          if (stoppedAll || (fifo && stoppedGroups.has(group))) {
+          if (stoppedAll || (fifo && stoppedGroups.has(record?.group ?? ''))) {
             outcomes.push('skipped');
+            continue;
+          }
+          if (!record) {
+            outcomes.push('failed');
+            // Its group is unknown: on FIFO, nothing after it may run before it.
+            if (fifo) stoppedAll = true;
             continue;
           }
           const outcome = await runner.runOne(record, deadline.signal);
@@ -89,19 +106,38 @@ export function sqsHandler<TBody = unknown>(
           if (outcome === 'unavailable') stoppedAll = true;
           if (fifo && outcome === 'failed') {
             if (stopScope === 'batch') stoppedAll = true;
-            else stoppedGroups.add(group);
+            else stoppedGroups.add(record.group ?? '');
           }
         }
       }
+      const retried = records
+        .map((record, index) => ({ record, index, outcome: outcomes[index] }))
+        .filter(({ outcome }) => outcome !== 'processed' && outcome !== 'duplicate');
+      const unnamed = retried.filter(({ record }) => !isMessageId(record?.itemIdentifier));
+      if (unnamed.length > 0) {
+        // AWS: an itemIdentifier that is null, empty or not a message ID of the batch makes
+        // Lambda treat the whole batch as failed. Said and done explicitly, not through an
+        // identifier Lambda has to reject.
+        const names = retried.map(({ record, index }) =>
+          isMessageId(record?.itemIdentifier) ? record.itemIdentifier : `Records[${index}] (no messageId)`,
+        );
+        runner.log.error(
+          `oncely/lambda: ${unnamed.length} record(s) to retry have no messageId, so the partial batch response cannot name them (AWS Lambda fails the whole batch for an item without an identifier): the whole batch is failed; records that committed are skipped as duplicates when it comes back`,
+          { consumer: options.name, failed: names, reason: 'unidentified-record' },
+        );
+        throw new BatchFailedError(names);
+      }
       return {
-        batchItemFailures: records
-          .filter((_, i) => outcomes[i] !== 'processed' && outcomes[i] !== 'duplicate')
-          .map((record) => ({ itemIdentifier: record.itemIdentifier })),
+        batchItemFailures: retried.map(({ record }) => ({ itemIdentifier: record!.itemIdentifier })),
       };
     } finally {
       deadline.dispose();
     }
   };
+}
+
+function isMessageId(value: unknown): value is string {
+  return typeof value === 'string' && value !== '';
 }
 
 /**
@@ -119,6 +155,13 @@ export function prepareSqsRecord(record: SqsRecordLike): PreparedRecord {
   }
   const receiveCount = Number(record.attributes?.ApproximateReceiveCount);
   return {
+    // SQS always sends the body as a string; anything else is a malformed record, never
+    // handed to a handler as its "decoded" body (core passes non-text values through).
+    ...(typeof record.body === 'string'
+      ? {}
+      : {
+          invalidBody: `the SQS record's body is ${record.body === null ? 'null' : typeof record.body}, not a string`,
+        }),
     itemIdentifier: record.messageId,
     group: record.attributes?.MessageGroupId,
     receiveCount: Number.isFinite(receiveCount) && receiveCount > 0 ? receiveCount : undefined,

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { ConfigError, traceHeaders } from '@oncely/core';
+import { ConfigError } from '@oncely/core';
 import { BrokerClosedError, InjectedFaultError, StaleReceiptError } from './errors.js';
-import { TimeHeap } from './TimeHeap.js';
+import type { IdleWaiter, StoredMessage, Waiter } from './QueueState.js';
+import { faultId, QueueState } from './QueueState.js';
 import type {
   BrokerFaults,
   DeadLetter,
@@ -14,84 +15,17 @@ import type {
   SendInput,
   SendResult,
 } from './types.js';
+import {
+  checkQueueName,
+  checkReceiveOptions,
+  checkSendInput,
+  cloneBody,
+  integerIn,
+  MESSAGE_ID_ATTRIBUTE,
+  resolveQueueOptions,
+} from './validation.js';
 
-/** Attribute that carries the producer-set message ID (the memory adapter's default ID strategy). */
-export const MESSAGE_ID_ATTRIBUTE = 'message-id';
-
-/** @default visibility timeout of a queue created without options. */
-const DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000;
-const MAX_RECEIVE_BATCH = 1000;
-
-type MessageState = 'ready' | 'delayed' | 'inflight';
-
-/** One stored copy of a message. */
-interface StoredMessage {
-  id: string;
-  producerId: string | undefined;
-  body: unknown;
-  attributes: Record<string, string>;
-  groupId: string | undefined;
-  sequence: number;
-  sentAt: number;
-  deliveryCount: number;
-  state: MessageState;
-  /** `delayed`: when it becomes visible; `inflight`: when the lease runs out. */
-  until: number;
-  /** Bumped on every state or lease change, so older timeline entries are recognised as stale. */
-  version: number;
-  receipt: string | undefined;
-  /** A fault-injected copy: never duplicated again, or a deterministic hook would loop forever. */
-  copy: boolean;
-  removed: boolean;
-}
-
-interface TimelineEntry {
-  at: number;
-  message: StoredMessage;
-  version: number;
-}
-
-interface Waiter {
-  max: number;
-  visibilityTimeoutMs: number;
-  resolve(deliveries: MemoryDelivery[]): void;
-  cleanup(): void;
-}
-
-interface IdleWaiter {
-  resolve(idle: boolean): void;
-  cleanup(): void;
-}
-
-interface QueueSettings {
-  visibilityTimeoutMs: number;
-  maxDeliveries: number | undefined;
-  deadLetterQueue: string | undefined;
-  fifo: boolean;
-}
-
-class QueueState {
-  settings: QueueSettings;
-  readonly all = new Set<StoredMessage>();
-  /** Messages that may be handed out now, in the order they became available (FIFO: group heads only). */
-  readonly eligible = new Set<StoredMessage>();
-  /** FIFO: each group's messages in send order, whatever their state. */
-  readonly groups = new Map<string, StoredMessage[]>();
-  readonly timeline = new TimeHeap<TimelineEntry>();
-  readonly deadLetters: DeadLetter[] = [];
-  readonly waiters: Waiter[] = [];
-  readonly idleWaiters: IdleWaiter[] = [];
-  counts = { ready: 0, delayed: 0, inflight: 0 };
-  timer: NodeJS.Timeout | undefined;
-  timerAt = Number.POSITIVE_INFINITY;
-
-  constructor(
-    readonly name: string,
-    settings: QueueSettings,
-  ) {
-    this.settings = settings;
-  }
-}
+export { MESSAGE_ID_ATTRIBUTE } from './validation.js';
 
 /**
  * An in-process message broker with real at-least-once semantics, for tests, demos and
@@ -254,14 +188,7 @@ export class MemoryBroker {
     try {
       this.assertOpen();
       const queue = this.queue(queueName);
-      const max = options.max ?? 1;
-      integerIn(max, 1, MAX_RECEIVE_BATCH, 'receive.max');
-      const visibilityTimeoutMs = options.visibilityTimeoutMs ?? queue.settings.visibilityTimeoutMs;
-      integerIn(visibilityTimeoutMs, 1, Number.MAX_SAFE_INTEGER, 'receive.visibilityTimeoutMs');
-      const waitMs = options.waitMs ?? 0;
-      if (typeof waitMs !== 'number' || Number.isNaN(waitMs) || waitMs < 0) {
-        throw new ConfigError('receive.waitMs', `must be a number >= 0, got ${String(waitMs)}`);
-      }
+      const { max, visibilityTimeoutMs, waitMs } = checkReceiveOptions(options, queue.settings);
       this.advance(queue);
       const now = this.take(queue, max, visibilityTimeoutMs);
       if (now.length > 0 || waitMs === 0 || options.signal?.aborted) {
@@ -313,7 +240,7 @@ export class MemoryBroker {
     this.assertOpen();
     integerIn(ms, 0, Number.MAX_SAFE_INTEGER, 'extend.ms');
     const { queue, message } = this.leased(receipt);
-    if (this.faults.failExtend?.(faultId(message), this.target(queue, message)))
+    if (this.faults.failExtend?.(faultId(message), queue.target(message)))
       throw new InjectedFaultError('failExtend');
     const now = Date.now();
     if (ms === 0) {
@@ -341,7 +268,7 @@ export class MemoryBroker {
   async ack(receipt: string): Promise<void> {
     this.assertOpen();
     const { queue, message } = this.leased(receipt);
-    if (this.faults.dropAck?.(faultId(message), this.target(queue, message))) return;
+    if (this.faults.dropAck?.(faultId(message), queue.target(message))) return;
     this.remove(queue, message);
   }
 
@@ -362,12 +289,12 @@ export class MemoryBroker {
     this.dropReceipt(message);
     if (options.countAsDelivery === false) {
       message.deliveryCount = Math.max(0, message.deliveryCount - 1);
-    } else if (this.deliveriesExhausted(queue, message)) {
-      this.moveToDeadLetter(queue, message, 'max-deliveries', maxDeliveriesDetail(queue, message));
+    } else if (queue.deliveriesExhausted(message)) {
+      this.moveToDeadLetter(queue, message, 'max-deliveries', queue.maxDeliveriesDetail(message));
       return;
     }
-    if (delayMs > 0) this.setState(queue, message, 'delayed', Date.now() + delayMs);
-    else this.setState(queue, message, 'ready');
+    if (delayMs > 0) queue.setState(message, 'delayed', Date.now() + delayMs);
+    else queue.setState(message, 'ready');
     this.pump(queue);
   }
 
@@ -459,6 +386,23 @@ export class MemoryBroker {
       body: cloneBody(entry.body),
       attributes: { ...entry.attributes },
     }));
+  }
+
+  /**
+   * Takes one entry off `queue`'s dead-letter list (by the broker ID it had), as an operator
+   * does after replaying or discarding it. Returns false when the list has no such entry.
+   *
+   * @example
+   * ```ts
+   * broker.removeDeadLetter('orders', broker.deadLetters('orders')[0].messageId); // true
+   * ```
+   */
+  removeDeadLetter(queueName: string, messageId: string): boolean {
+    const list = this.queue(queueName).deadLetters;
+    const index = list.findIndex((entry) => entry.messageId === messageId);
+    if (index < 0) return false;
+    list.splice(index, 1);
+    return true;
   }
 
   /**
@@ -584,40 +528,8 @@ export class MemoryBroker {
       removed: false,
     };
     if (input.producerId !== undefined) message.attributes[MESSAGE_ID_ATTRIBUTE] = input.producerId;
-    queue.all.add(message);
-    if (queue.settings.fifo && message.groupId !== undefined) {
-      let group = queue.groups.get(message.groupId);
-      if (!group) {
-        group = [];
-        queue.groups.set(message.groupId, group);
-      }
-      group.push(message);
-    }
-    // Counted as ready first so setState's bookkeeping stays symmetric.
-    queue.counts.ready++;
-    if (input.delayMs > 0) this.setState(queue, message, 'delayed', input.now + input.delayMs);
-    else this.setState(queue, message, 'ready');
+    queue.add(message, input.delayMs, input.now);
     return message;
-  }
-
-  /** The only place a message changes state: keeps counts, eligibility and the timeline in step. */
-  private setState(queue: QueueState, message: StoredMessage, state: MessageState, until = 0): void {
-    queue.counts[message.state]--;
-    queue.counts[state]++;
-    message.state = state;
-    message.until = until;
-    message.version++;
-    queue.eligible.delete(message);
-    if (state === 'ready') {
-      if (this.isGroupHead(queue, message)) queue.eligible.add(message);
-    } else {
-      queue.timeline.push({ at: until, message, version: message.version });
-    }
-  }
-
-  private isGroupHead(queue: QueueState, message: StoredMessage): boolean {
-    if (!queue.settings.fifo || message.groupId === undefined) return true;
-    return queue.groups.get(message.groupId)?.[0] === message;
   }
 
   /** Applies every lease expiry and delay end that is due. */
@@ -626,7 +538,7 @@ export class MemoryBroker {
       queue.timeline.pop();
       const { message } = top;
       if (message.removed || top.version !== message.version) continue;
-      if (message.state === 'delayed') this.setState(queue, message, 'ready');
+      if (message.state === 'delayed') queue.setState(message, 'ready');
       else if (message.state === 'inflight') this.leaseEnded(queue, message);
     }
   }
@@ -634,16 +546,11 @@ export class MemoryBroker {
   /** An in-flight message's lease is over: redeliver it, or dead-letter it when its deliveries are used up. */
   private leaseEnded(queue: QueueState, message: StoredMessage): void {
     this.dropReceipt(message);
-    if (this.deliveriesExhausted(queue, message)) {
-      this.moveToDeadLetter(queue, message, 'max-deliveries', maxDeliveriesDetail(queue, message));
+    if (queue.deliveriesExhausted(message)) {
+      this.moveToDeadLetter(queue, message, 'max-deliveries', queue.maxDeliveriesDetail(message));
     } else {
-      this.setState(queue, message, 'ready');
+      queue.setState(message, 'ready');
     }
-  }
-
-  private deliveriesExhausted(queue: QueueState, message: StoredMessage): boolean {
-    const max = queue.settings.maxDeliveries;
-    return max !== undefined && message.deliveryCount >= max;
   }
 
   private take(queue: QueueState, max: number, visibilityTimeoutMs: number): MemoryDelivery[] {
@@ -655,9 +562,9 @@ export class MemoryBroker {
       const receipt = `r-${this.instanceTag}-${++this.receiptCounter}-${randomBytes(4).toString('hex')}`;
       message.receipt = receipt;
       this.receipts.set(receipt, { queue, message });
-      this.setState(queue, message, 'inflight', now + visibilityTimeoutMs);
-      deliveries.push(toDelivery(queue, message));
-      if (!message.copy && this.faults.duplicateDelivery?.(faultId(message), this.target(queue, message))) {
+      queue.setState(message, 'inflight', now + visibilityTimeoutMs);
+      deliveries.push(queue.toDelivery(message));
+      if (!message.copy && this.faults.duplicateDelivery?.(faultId(message), queue.target(message))) {
         // The same message (same broker ID) handed out a second time: what at-least-once allows.
         const copy = this.store(queue, {
           id: message.id,
@@ -703,45 +610,14 @@ export class MemoryBroker {
   /** Takes a message out of the queue for good (ack, dead letter). */
   private remove(queue: QueueState, message: StoredMessage): void {
     this.dropReceipt(message);
-    queue.counts[message.state]--;
-    queue.eligible.delete(message);
-    queue.all.delete(message);
-    message.removed = true;
-    message.version++;
-    if (queue.settings.fifo && message.groupId !== undefined) {
-      const group = queue.groups.get(message.groupId);
-      if (group) {
-        const index = group.indexOf(message);
-        if (index >= 0) group.splice(index, 1);
-        if (group.length === 0) queue.groups.delete(message.groupId);
-        // The next message of the group may go now.
-        const head = group[0];
-        if (index === 0 && head && head.state === 'ready') queue.eligible.add(head);
-      }
-    }
+    queue.detach(message);
     this.pump(queue);
-    if (queue.all.size === 0) {
-      for (const waiter of queue.idleWaiters.splice(0)) {
-        waiter.cleanup();
-        waiter.resolve(true);
-      }
-    }
+    queue.resolveIdleWaiters();
   }
 
   private moveToDeadLetter(queue: QueueState, message: StoredMessage, reason: string, detail?: string): void {
     const now = Date.now();
-    queue.deadLetters.push({
-      queue: queue.name,
-      messageId: message.id,
-      producerMessageId: message.producerId,
-      body: message.body,
-      attributes: { ...message.attributes },
-      groupId: message.groupId,
-      reason,
-      detail,
-      deliveryCount: message.deliveryCount,
-      at: now,
-    });
+    queue.recordDeadLetter(message, reason, detail, now);
     const target = queue.settings.deadLetterQueue;
     if (target !== undefined) {
       const dlq = this.queue(target);
@@ -777,149 +653,9 @@ export class MemoryBroker {
     this.arm(queue);
   }
 
-  /**
-   * Sets the queue's timer to the next lease expiry or delay end, but only while someone
-   * waits: everyone else sees due changes lazily, since every call advances the queue first.
-   */
+  /** Re-arms the queue's timer (see QueueState.arm) while the broker is open. */
   private arm(queue: QueueState): void {
     if (this.closed) return;
-    // Drop stale entries so the timer does not fire for changes that no longer apply.
-    for (let top = queue.timeline.peek(); top; top = queue.timeline.peek()) {
-      if (!top.message.removed && top.version === top.message.version) break;
-      queue.timeline.pop();
-    }
-    const next = queue.timeline.peek();
-    const wanted =
-      (queue.waiters.length > 0 || queue.idleWaiters.length > 0) && next ? next.at : Number.POSITIVE_INFINITY;
-    if (wanted === queue.timerAt) return;
-    clearTimeout(queue.timer);
-    queue.timer = undefined;
-    queue.timerAt = wanted;
-    if (!Number.isFinite(wanted)) return;
-    queue.timer = setTimeout(
-      () => {
-        queue.timer = undefined;
-        queue.timerAt = Number.POSITIVE_INFINITY;
-        this.pump(queue);
-      },
-      Math.max(0, wanted - Date.now()),
-    );
-    // The broker alone must not keep a process alive; a long poll's own timeout does.
-    queue.timer.unref?.();
-  }
-
-  private target(queue: QueueState, message: StoredMessage): FaultTarget {
-    return {
-      queue: queue.name,
-      messageId: message.id,
-      producerMessageId: message.producerId,
-      deliveryCount: message.deliveryCount,
-    };
-  }
-}
-
-function toDelivery(queue: QueueState, message: StoredMessage): MemoryDelivery {
-  const delivery: MemoryDelivery = {
-    queue: queue.name,
-    messageId: message.id,
-    receipt: message.receipt!,
-    // A fresh copy per delivery: a handler that mutates the body cannot change the redelivery.
-    body: cloneBody(message.body),
-    attributes: { ...message.attributes },
-    sequence: message.sequence,
-    deliveryCount: message.deliveryCount,
-    leaseExpiresAt: message.until,
-    sentAt: message.sentAt,
-  };
-  if (message.producerId !== undefined) delivery.producerMessageId = message.producerId;
-  if (message.groupId !== undefined) delivery.groupId = message.groupId;
-  return delivery;
-}
-
-function faultId(message: StoredMessage): string {
-  return message.producerId ?? message.id;
-}
-
-function maxDeliveriesDetail(queue: QueueState, message: StoredMessage): string {
-  return `delivered ${message.deliveryCount} times without an ack (maxDeliveries ${queue.settings.maxDeliveries})`;
-}
-
-function cloneBody(body: unknown): unknown {
-  try {
-    return structuredClone(body);
-  } catch (error) {
-    throw new ConfigError(
-      'send.body',
-      'must be structured-cloneable (no functions or class instances with private state)',
-      {
-        cause: error,
-      },
-    );
-  }
-}
-
-function checkQueueName(name: unknown, field: string): asserts name is string {
-  if (typeof name !== 'string' || name.trim() === '') {
-    throw new ConfigError(
-      field,
-      `must be a non-empty queue name, got ${JSON.stringify(name) ?? String(name)}`,
-    );
-  }
-}
-
-function resolveQueueOptions(name: string, options: QueueOptions): QueueSettings {
-  if (typeof options !== 'object' || options === null)
-    throw new ConfigError('queue options', 'must be an object');
-  const visibilityTimeoutMs = options.visibilityTimeoutMs ?? DEFAULT_VISIBILITY_TIMEOUT_MS;
-  integerIn(visibilityTimeoutMs, 1, Number.MAX_SAFE_INTEGER, 'visibilityTimeoutMs');
-  if (options.maxDeliveries !== undefined)
-    integerIn(options.maxDeliveries, 1, Number.MAX_SAFE_INTEGER, 'maxDeliveries');
-  if (options.deadLetterQueue !== undefined) {
-    checkQueueName(options.deadLetterQueue, 'deadLetterQueue');
-    if (options.deadLetterQueue === name)
-      throw new ConfigError('deadLetterQueue', `must differ from the queue itself ('${name}')`);
-  }
-  if (options.fifo !== undefined && typeof options.fifo !== 'boolean')
-    throw new ConfigError('fifo', 'must be true or false');
-  return {
-    visibilityTimeoutMs,
-    maxDeliveries: options.maxDeliveries,
-    deadLetterQueue: options.deadLetterQueue,
-    fifo: options.fifo ?? false,
-  };
-}
-
-function checkSendInput(input: SendInput): Record<string, string> {
-  if (typeof input !== 'object' || input === null || !('body' in input)) {
-    throw new ConfigError('send', 'takes { id?, body, attributes?, groupId?, delayMs? }');
-  }
-  // The sender's trace context (W3C traceparent), so the consumer's span joins its trace;
-  // attributes the caller gives win.
-  const attributes: Record<string, string> = traceHeaders();
-  for (const [key, value] of Object.entries(input.attributes ?? {})) {
-    if (typeof value !== 'string') throw new ConfigError(`send.attributes.${key}`, 'must be a string');
-    attributes[key] = value;
-  }
-  if (input.id !== undefined) {
-    if (typeof input.id !== 'string' || input.id === '')
-      throw new ConfigError('send.id', 'must be a non-empty string');
-    const given = attributes[MESSAGE_ID_ATTRIBUTE];
-    if (given !== undefined && given !== input.id) {
-      throw new ConfigError(
-        'send.id',
-        `is '${input.id}' but attribute '${MESSAGE_ID_ATTRIBUTE}' says '${given}'`,
-      );
-    }
-  }
-  if (input.groupId !== undefined && (typeof input.groupId !== 'string' || input.groupId === '')) {
-    throw new ConfigError('send.groupId', 'must be a non-empty string');
-  }
-  if (input.delayMs !== undefined) integerIn(input.delayMs, 0, Number.MAX_SAFE_INTEGER, 'send.delayMs');
-  return attributes;
-}
-
-function integerIn(value: unknown, min: number, max: number, field: string): void {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${String(value)}`);
+    queue.arm(() => this.pump(queue));
   }
 }

@@ -2,6 +2,7 @@ export type { MemoryBrokerConfig, ResolvedMemoryConfig } from './config.js';
 export { resolveMemoryConfig } from './config.js';
 export type { MemoryConsumerOptions } from './createMemoryConsumer.js';
 export { createMemoryConsumer } from './createMemoryConsumer.js';
+export { openDeadLetters } from './deadLetters.js';
 export { diagnose } from './diagnose.js';
 export { BrokerClosedError, InjectedFaultError, StaleReceiptError } from './errors.js';
 export type { RandomFaultsOptions } from './faults.js';

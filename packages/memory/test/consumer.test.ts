@@ -166,26 +166,39 @@ describe('createConsumer on the memory broker with the embedded store', () => {
   it('renews the lease of a handler that runs longer than the visibility timeout', async () => {
     const broker = newBroker(cleanups);
     const store = await storeWithEffects(cleanups);
+    // The handler runs until its lease was renewed three times (1.5 visibilities), a wait on
+    // the renewals themselves rather than a 1.5 s sleep against a 400 ms lease, which a
+    // loaded machine's late timer let lapse. 2 s leaves a renewal a second to be late.
+    const visibilityTimeoutMs = 2000;
+    let renewals = 0;
+    let ranMs = 0;
     const consumer = await createConsumer({
       name: 'e2e-slow',
-      broker: { type: 'memory', broker, queue: 'slow', visibilityTimeoutMs: 400 },
+      broker: { type: 'memory', broker, queue: 'slow', visibilityTimeoutMs },
       store,
       concurrency: 2,
       logger: silentLogger,
       handler: async (message, ctx) => {
-        await new Promise((resolve) => setTimeout(resolve, 1500));
+        const started = Date.now();
+        // (A plain loop: memory does not depend on @oncely/testkit, which depends on it.)
+        while (renewals < 3 && !ctx.signal.aborted) await new Promise((resolve) => setTimeout(resolve, 20));
+        ctx.signal.throwIfAborted();
+        ranMs = Date.now() - started;
         await ctx.tx.query('INSERT INTO effects (message_id) VALUES ($1)', [message.id]);
       },
     });
+    consumer.on('leaseRenewed', () => renewals++);
     const counts = track(consumer);
     await consumer.start();
     await broker.send('slow', { id: 'slow-1', body: {} });
-    expect(await broker.waitForIdle('slow', { timeoutMs: 10_000 })).toBe(true);
-    // Without renewal the 400 ms lease would have lapsed three times and the message gone out again.
+    expect(await broker.waitForIdle('slow', { timeoutMs: 30_000 })).toBe(true);
+    // The handler outlived its first lease (a lower bound: load only makes it longer).
+    expect(ranMs).toBeGreaterThan(visibilityTimeoutMs);
+    // Without renewal the lease would have lapsed and the message gone out again.
     expect(counts.received).toBe(1);
     expect(counts.ackFailed).toBe(0);
     expect(await effectsPerId(store)).toEqual(new Map([['slow-1', 1]]));
-  });
+  }, 60_000);
 
   it('runs from a config in the environment, on the named broker the producer sends to', async () => {
     const queue = `from-env-${process.pid}`;

@@ -50,6 +50,17 @@ export class StoreConnection implements SqlClient {
     return this.send<R>(text, params, expected);
   }
 
+  /**
+   * Queues `text` to run on this connection after the transaction ends (commit or
+   * rollback), before the connection is pooled again. False when the connection cannot
+   * (a caller's own transaction, whose end the store does not see).
+   */
+  runAfterTransaction(text: string, params: readonly unknown[]): boolean {
+    if (!this.inner.runAfterTransaction) return false;
+    this.inner.runAfterTransaction(text, params);
+    return true;
+  }
+
   /** After `SAVEPOINT name` succeeded. */
   enteredSavepoint(): void {
     this.failures.push(undefined);

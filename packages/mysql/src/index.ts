@@ -12,6 +12,8 @@ export {
   MySqlTransactionEndedError,
 } from './errors.js';
 export { quoteMySqlIdentifier } from './identifiers.js';
+export { MySqlStore } from './MySqlStore.js';
+export { MYSQL_LATEST_VERSION } from './migrations/index.js';
 export type {
   MySqlCallerTransactionOptions,
   MySqlMigrateResult,
@@ -20,6 +22,4 @@ export type {
   MySqlStoreCommonOptions,
   MySqlStoreOptions,
   MySqlUrlOptions,
-} from './MySqlStore.js';
-export { MySqlStore } from './MySqlStore.js';
-export { MYSQL_LATEST_VERSION } from './migrations/index.js';
+} from './options.js';

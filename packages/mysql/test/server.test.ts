@@ -304,6 +304,65 @@ describe.skipIf(!hasMySql)('MySqlStore on the real MariaDB: the hostile pass', (
     void store;
   });
 
+  it('a database at version 1 (before the HTTP keys table): the store refuses it until migrate() applies 0002 alone', async () => {
+    const { schema } = await migrated();
+    await admin.query(`DROP TABLE \`${schema}\`.http_idempotency_keys`);
+    await admin.query(`DELETE FROM \`${schema}\`.oncely_migrations WHERE version = 2`);
+    const older = new MySqlStore({ url: mysqlUrl, schema });
+    closers.push(() => older.close());
+    const pingError = await older.ping().catch((e: unknown) => e);
+    expect(isOncelyError(pingError, 'SCHEMA_NOT_MIGRATED')).toBe(true);
+    expect(await older.migrate()).toEqual({ applied: ['0002_http_idempotency_keys'], version: 3 });
+    await older.ping();
+    const [rows] = await admin.query(`SELECT COUNT(*) AS n FROM \`${schema}\`.http_idempotency_keys`);
+    expect(Number((rows as Array<{ n: number }>)[0]!.n)).toBe(0);
+  });
+
+  it('deadLetterLog: completed markers among IDs (byte-exact keys), discard records read back in order', async () => {
+    const { store } = await migrated();
+    await processOnce(store, { consumer: 'payments', messageId: 'Order-1' }, async () => {});
+    expect([...(await store.deadLetterLog.processed('payments', ['Order-1', 'order-1', 'x']))]).toEqual([
+      'Order-1',
+    ]);
+    const at = new Date('2026-01-02T03:04:05.678Z');
+    await store.deadLetterLog.recordDiscards([
+      {
+        consumer: 'payments',
+        messageId: 'bad-1',
+        reason: 'invalid-body',
+        error: 'Unexpected token',
+        discardedBy: 'alice',
+        discardedAt: at,
+      },
+      { consumer: 'payments', reason: 'missing-id', discardedBy: 'alice', discardedAt: at },
+      {
+        consumer: 'payments',
+        messageId: 'bad-1',
+        reason: 'invalid-body',
+        discardedBy: 'bob',
+        discardedAt: at,
+      },
+    ]);
+    expect(await store.deadLetterLog.discards('payments', 'bad-1')).toEqual([
+      {
+        consumer: 'payments',
+        messageId: 'bad-1',
+        reason: 'invalid-body',
+        error: 'Unexpected token',
+        discardedBy: 'alice',
+        discardedAt: at,
+      },
+      {
+        consumer: 'payments',
+        messageId: 'bad-1',
+        reason: 'invalid-body',
+        discardedBy: 'bob',
+        discardedAt: at,
+      },
+    ]);
+    expect(await store.deadLetterLog.discards('payments', 'BAD-1')).toEqual([]);
+  });
+
   it('an unmigrated database fails closed with SCHEMA_NOT_MIGRATED', async () => {
     const schema = uniqueSchema('unmigrated');
     const store = new MySqlStore({ url: mysqlUrl, schema });

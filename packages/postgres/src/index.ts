@@ -18,9 +18,9 @@ export type { OutboxStats, StuckOutboxRow } from './outbox/PostgresOutbox.js';
 export { PostgresOutbox } from './outbox/PostgresOutbox.js';
 export type { RelayEvent, RelayOptions, RelayRound } from './outbox/Relay.js';
 export { createRelay, OUTBOX_CHANNEL, Relay } from './outbox/Relay.js';
+export { PostgresStore } from './PostgresStore.js';
 export type {
   EmbeddedStoreOptions,
-  MigrateResult,
   PostgresCallerTransactionOptions,
   PostgresConnectionStringOptions,
   PostgresEmbeddedOptions,
@@ -28,6 +28,6 @@ export type {
   PostgresPoolOptions,
   PostgresStoreCommonOptions,
   PostgresStoreOptions,
-  PruneOptions,
-} from './PostgresStore.js';
-export { PostgresStore } from './PostgresStore.js';
+} from './store/options.js';
+export type { PruneOptions } from './store/retention.js';
+export type { MigrateResult } from './store/schema.js';

@@ -96,6 +96,7 @@ export interface SubscriberStreamOptions {
  */
 export class SubscriberStream {
   private subscription: Subscription | undefined;
+  // `closed` and `watchdog` are read by test/streamEnds.test.ts (nothing can reopen after close()).
   private closed = false;
   private reopenTimer: NodeJS.Timeout | undefined;
   private watchdog: NodeJS.Timeout | undefined;

@@ -44,6 +44,23 @@ export class PubSubOperationError extends OncelyError {
 }
 
 /**
+ * A message the Pub/Sub service would refuse (INVALID_ARGUMENT), found before publishing
+ * it: more than 100 attributes, an attribute name over 256 bytes or a value over 1,024,
+ * an ordering key over 1,024 bytes, or more than 10,000,000 bytes in all. Retrying it
+ * cannot help; the outbox producer fails such a row permanently.
+ *
+ * @example
+ * ```ts
+ * try { await publishWithId(topic, message); } catch (e) { if (e instanceof PubSubMessageInvalidError) console.error(e.message); }
+ * ```
+ */
+export class PubSubMessageInvalidError extends PubSubOperationError {
+  constructor(message: string) {
+    super('Publish', 3 /* INVALID_ARGUMENT */, undefined, message);
+  }
+}
+
+/**
  * The per-ack-ID codes of a failed Acknowledge or ModifyAckDeadline
  * (`errorInfoMetadata`, which google-gax decodes from `grpc-status-details-bin`).
  * Empty when the error carries none.

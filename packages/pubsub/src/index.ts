@@ -10,6 +10,7 @@ export {
   INVALID_ACK_ID,
   isInvalidAckId,
   PUBSUB_OPERATION_FAILED,
+  PubSubMessageInvalidError,
   PubSubOperationError,
 } from './errors.js';
 export type { PubSubAdapterOptions } from './PubSubAdapter.js';

@@ -1,5 +1,14 @@
 import type { Topic } from '@google-cloud/pubsub';
 import { traceHeaders } from '@oncely/core';
+import { PubSubMessageInvalidError } from './errors.js';
+
+/** The service's limits on one message (https://cloud.google.com/pubsub/quotas#resource_limits). */
+const MAX_ATTRIBUTES = 100;
+const MAX_ATTRIBUTE_NAME_BYTES = 256;
+const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
+const MAX_ORDERING_KEY_BYTES = 1024;
+/** Data, attribute names and values and the ordering key together. */
+const MAX_MESSAGE_BYTES = 10_000_000;
 
 /**
  * A message for {@link publishWithId}.
@@ -71,6 +80,10 @@ export async function publishWithId(
     ...message.attributes,
     [options.idAttribute ?? 'message-id']: message.id,
   };
+  // Refused before publishing: the client batches a topic's messages into one Publish
+  // call, and the service refuses the whole call for one such message.
+  const invalid = invalidMessage(data, attributes, message.orderingKey ?? '');
+  if (invalid) throw new PubSubMessageInvalidError(`message ${message.id}: ${invalid}`);
   for (let attempt = 1; ; attempt++) {
     try {
       return await topic.publishMessage({
@@ -84,4 +97,35 @@ export async function publishWithId(
       await new Promise((resolve) => setTimeout(resolve, backoffMs * 2 ** (attempt - 1)));
     }
   }
+}
+
+/** Why the service would refuse the message (INVALID_ARGUMENT), or undefined. */
+function invalidMessage(
+  data: Buffer,
+  attributes: Record<string, string>,
+  orderingKey: string,
+): string | undefined {
+  const names = Object.keys(attributes);
+  if (names.length > MAX_ATTRIBUTES) {
+    return `${names.length} attributes (with the ID and trace attributes); Pub/Sub takes at most ${MAX_ATTRIBUTES}`;
+  }
+  let size = data.length + Buffer.byteLength(orderingKey);
+  for (const [name, value] of Object.entries(attributes)) {
+    const nameBytes = Buffer.byteLength(name);
+    const valueBytes = Buffer.byteLength(value);
+    if (nameBytes === 0 || nameBytes > MAX_ATTRIBUTE_NAME_BYTES) {
+      return `attribute name '${name.slice(0, 40)}' is ${nameBytes} bytes; Pub/Sub takes 1 to ${MAX_ATTRIBUTE_NAME_BYTES}`;
+    }
+    if (valueBytes > MAX_ATTRIBUTE_VALUE_BYTES) {
+      return `attribute '${name}' is ${valueBytes} bytes; Pub/Sub takes at most ${MAX_ATTRIBUTE_VALUE_BYTES} per value`;
+    }
+    size += nameBytes + valueBytes;
+  }
+  if (Buffer.byteLength(orderingKey) > MAX_ORDERING_KEY_BYTES) {
+    return `the ordering key is ${Buffer.byteLength(orderingKey)} bytes; Pub/Sub takes at most ${MAX_ORDERING_KEY_BYTES}`;
+  }
+  if (size > MAX_MESSAGE_BYTES) {
+    return `${size} bytes (data, attributes and ordering key); Pub/Sub takes at most ${MAX_MESSAGE_BYTES}`;
+  }
+  return undefined;
 }

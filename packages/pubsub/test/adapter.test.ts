@@ -29,6 +29,13 @@ afterAll(async () => {
 const unique = (label: string) => `${label}-${randomUUID().slice(0, 8)}`;
 const log = silentLogger;
 
+/** The parts of the adapter's (private) SettlementClient the batching tests read. */
+interface SettlementClientInternals {
+  ack(ackId: string, retryUntil: () => number): Promise<void>;
+  batches: Map<string, { items: unknown[] }>;
+  inFlight: Set<Promise<void>>;
+}
+
 describe('broker options', () => {
   const fieldOf = (broker: Record<string, unknown>) => {
     try {
@@ -303,6 +310,19 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
       adapter,
     );
     consumer.on('processed', (event) => processed.push(event.messageId!));
+    // The adapter's settlement client (private): which acks were asked for, and what is
+    // batched or on its way.
+    const settlement = (adapter as unknown as { settlement: SettlementClientInternals }).settlement;
+    const askedAcks: string[] = [];
+    const ack = settlement.ack.bind(settlement);
+    settlement.ack = (ackId, retryUntil) => {
+      askedAcks.push(ackId);
+      return ack(ackId, retryUntil);
+    };
+    const settlementState = () => ({
+      batched: settlement.batches.get('ack')?.items.length ?? 0,
+      sending: settlement.inFlight.size,
+    });
     try {
       await consumer.start();
       await publishWithId(topic, { id: 'slow', body: {} });
@@ -310,7 +330,12 @@ describe.skipIf(!hasPostgres)('settlement batching', () => {
       await publishWithId(topic, { id: 'fast', body: {} });
       await waitFor(() => processed.includes('fast'), { description: "'fast' processed" });
       // 'slow' still runs, so its ack may join 'fast's request: 'fast' stays out meanwhile.
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      // Read from the adapter's settlement client once 'fast' asked for its ack (it was a
+      // 300 ms pause, after which an ack sent at once might still be on the wire): the
+      // adapter enqueues and decides to flush in one synchronous step, so an ack it sends at
+      // once is no longer batched here.
+      await waitFor(() => askedAcks.length === 1, { description: "'fast' asked for its ack" });
+      expect(settlementState(), "'fast's ack while 'slow' runs").toEqual({ batched: 1, sending: 0 });
       expect(view().outstanding, "outstanding while 'slow' runs").toBe(2);
       finishSlow.open();
       await waitFor(() => view().messages.length === 0, {

@@ -1,10 +1,10 @@
 import type { PubSub } from '@google-cloud/pubsub';
 import { status } from '@grpc/grpc-js';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
-import { publishWithId } from '@oncely/pubsub';
+import { type PubSubAdapter, publishWithId } from '@oncely/pubsub';
 import { Latch, waitFor } from '@oncely/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adapterFixture } from './fixture.js';
+import { type AdapterFixture, adapterFixture } from './fixture.js';
 import { adminClient, postgresAvailable, startEmulator } from './support.js';
 
 // The stream ends with every status the service can end it with while a handler is in
@@ -27,10 +27,38 @@ afterAll(async () => {
 });
 
 /**
- * Long enough for a pending reopen (its pause is at most 3.2 s here) and the 5 s
- * watchdog to have run: that nothing reopens can only be seen over a window.
+ * After `stop()`: no stream is open at the emulator and nothing is left that could open
+ * one later. That a late reopen does not happen cannot be watched without a clock, so
+ * this checks what every reopen needs instead: the adapter's stream is marked closed (the
+ * client's 'close' and 'error' events then schedule nothing), its pending reopen and its
+ * watchdog (the 5 s check) are cleared. Then a message published after stop() stays in
+ * the subscription's backlog: the emulator hands a new message to any open stream at
+ * once, so it proves no stream is open at that point (the emulator's own view).
  */
-const absenceWindow = () => new Promise((resolve) => setTimeout(resolve, 6_000));
+async function expectClosedForGood(
+  fixture: AdapterFixture,
+  adapter: PubSubAdapter,
+  id: string,
+): Promise<void> {
+  const view = () => emulator.inspectSubscription(fixture.subscriptionName)!;
+  expect(view().streams).toBe(0);
+  expect(adapter.health).toMatchObject({ receiving: false, reopening: false });
+  // Private state read on purpose (named in SubscriberStream): the timers are the only
+  // way a stream comes back (the pending reopen is `health.reopening` above). Node marks
+  // a cleared timer `_destroyed`; a renamed field fails these, it cannot pass them.
+  const stream = (adapter as unknown as { stream?: StreamInternals }).stream;
+  expect(stream, 'the adapter opened a stream').toBeDefined();
+  expect(stream!.closed).toBe(true);
+  expect(stream!.watchdog?._destroyed, 'the watchdog is cleared').toBe(true);
+  await publishWithId(fixture.topic, { id, body: {} });
+  expect(view()).toMatchObject({ streams: 0, ready: 1, outstanding: 0 });
+}
+
+/** The fields of SubscriberStream that a reopen goes through. */
+interface StreamInternals {
+  closed: boolean;
+  watchdog?: { _destroyed?: boolean };
+}
 
 /** Statuses the client reopens the stream after itself (pull-retry.js), and the others. */
 const RETRIED = new Set<number>([
@@ -122,11 +150,9 @@ describe.skipIf(!hasPostgres)('the stream ends while a handler runs', () => {
       });
       await consumer.stop();
       expect(adapter.health).toMatchObject({ receiving: false, reopening: false });
-      // Back again; past the pause (and the 5 s watchdog) nothing has reopened.
+      // Back again: a reopen would now succeed, and nothing is left to attempt one.
       await fixture.topic.createSubscription(id, { ackDeadlineSeconds: 10 });
-      await absenceWindow();
-      expect(view()?.streams).toBe(0);
-      expect(adapter.health.receiving).toBe(false);
+      await expectClosedForGood(fixture, adapter, 'after-stop');
     } finally {
       await fixture.drop();
     }
@@ -153,9 +179,7 @@ describe.skipIf(!hasPostgres)('the stream ends while a handler runs', () => {
       await stopping;
       expect(events.count('processed', 'held')).toBe(1);
       expect(view().ready + view().outstanding).toBe(0);
-      await absenceWindow();
-      expect(view().streams).toBe(0);
-      expect(adapter.health).toMatchObject({ receiving: false, reopening: false });
+      await expectClosedForGood(fixture, adapter, 'after-stop');
     } finally {
       release.open();
       await fixture.drop();

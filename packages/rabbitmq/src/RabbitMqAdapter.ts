@@ -8,7 +8,14 @@ import {
   type Logger,
   redactSecrets,
 } from '@oncely/core';
-import { type ChannelModel, type ConfirmChannel, type ConsumeMessage, connect, type Options } from 'amqplib';
+import {
+  type ChannelModel,
+  type ConfirmChannel,
+  type ConsumeMessage,
+  connect,
+  type Message,
+  type Options,
+} from 'amqplib';
 import { ConfirmedPublisher } from './ConfirmedPublisher.js';
 import { consumerTimeoutFindings } from './consumerTimeout.js';
 import { DeliveryChannel } from './DeliveryChannel.js';
@@ -17,6 +24,7 @@ import {
   CONSUMER_HEADER,
   type CountingRules,
   copyHeaders,
+  DEAD_LETTERED_AT_HEADER,
   DETAIL_HEADER,
   REASON_HEADER,
   SOURCE_QUEUE_HEADER,
@@ -484,6 +492,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
       [ATTEMPTS_HEADER]: attempts,
       [SOURCE_QUEUE_HEADER]: options.queue,
       [CONSUMER_HEADER]: this.adapterOptions.consumerName,
+      [DEAD_LETTERED_AT_HEADER]: Date.now(),
     });
     await publisher.send(
       options.deadLetterExchange,
@@ -579,7 +588,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
 }
 
 /** Properties of a copy: the original's, except `userId` (the broker checks it against the publishing user) and `expiration` (it would race the delay queue's TTL). */
-function copyProperties(msg: ConsumeMessage, headers: Record<string, unknown>): Options.Publish {
+export function copyProperties(msg: Message, headers: Record<string, unknown>): Options.Publish {
   const p = msg.properties;
   const properties: Options.Publish = { persistent: true, headers };
   if (p.contentType !== undefined) properties.contentType = p.contentType;

@@ -1,5 +1,5 @@
 import type { Envelope } from '@oncely/core';
-import type { ConsumeMessage } from 'amqplib';
+import type { ConsumeMessage, Message } from 'amqplib';
 import type { RabbitMqQueueType, RabbitMqRetryMode } from './options.js';
 
 /**
@@ -26,6 +26,8 @@ export const REASON_HEADER = 'x-oncely-dead-letter-reason';
 export const DETAIL_HEADER = 'x-oncely-dead-letter-detail';
 /** Dead letters and retry copies: the work queue the message came from. */
 export const SOURCE_QUEUE_HEADER = 'x-oncely-source-queue';
+/** Dead letters: when the consumer dead-lettered it (epoch ms), what `oncely dlq list` shows. */
+export const DEAD_LETTERED_AT_HEADER = 'x-oncely-dead-lettered-at';
 /** Dead letters: the consumer name that dead-lettered it. */
 export const CONSUMER_HEADER = 'x-oncely-consumer';
 /** Correlates a `basic.return` with its publish, so an unroutable publish is reported. */
@@ -132,10 +134,7 @@ export function attemptsSoFar(msg: ConsumeMessage, envelope: Envelope): number {
  * copyHeaders(msg, { [ATTEMPTS_HEADER]: 2 });
  * ```
  */
-export function copyHeaders(
-  msg: ConsumeMessage,
-  extra: Record<string, string | number>,
-): Record<string, unknown> {
+export function copyHeaders(msg: Message, extra: Record<string, string | number>): Record<string, unknown> {
   const headers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries((msg.properties.headers ?? {}) as Record<string, unknown>)) {
     if (!BROKER_HEADERS.has(key)) headers[key] = value;

@@ -5,11 +5,13 @@ export { consumerTimeoutFindings, DEFAULT_CONSUMER_TIMEOUT_MS } from './consumer
 export type { RabbitMqConsumerOptions } from './createRabbitMqConsumer.js';
 export { createAdapter, createRabbitMqConsumer } from './createRabbitMqConsumer.js';
 export { DeliveryChannel } from './DeliveryChannel.js';
+export { openDeadLetters } from './deadLetters.js';
 export { diagnose } from './diagnose.js';
 export type { CountingRules } from './envelope.js';
 export {
   ATTEMPTS_HEADER,
   CONSUMER_HEADER,
+  DEAD_LETTERED_AT_HEADER,
   DETAIL_HEADER,
   deliveryCount,
   PUBLISH_ID_HEADER,

@@ -1,4 +1,4 @@
-import { isOncelyError, silentLogger } from '@oncely/core';
+import { isOncelyError, type Logger, silentLogger } from '@oncely/core';
 import { ChannelClosedError, parseBrokerOptions, RabbitMqAdapter } from '@oncely/rabbitmq';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -135,7 +135,17 @@ describe.skipIf(!available)('RabbitMqAdapter channels (real RabbitMQ)', () => {
     const queue = unique('onecons');
     const name = unique('oncely-test-onecons');
     const adapter = adapterFor(queue, name, { prefetch: 1 });
-    const runtime = recordingRuntime(1);
+    // The adapter logs 'RabbitMQ consumer recovered' once the reconnected channel's setup,
+    // its basic.consume included, has returned: after that no consume of this recovery is
+    // still on the wire, so the count below is final (it was a 500 ms pause).
+    let recoveries = 0;
+    const log: Logger = {
+      ...silentLogger,
+      info: (message: string) => {
+        if (message === 'RabbitMQ consumer recovered') recoveries++;
+      },
+    };
+    const runtime = { ...recordingRuntime(1), log };
     // Slots are "full" while `gate` is closed: the reconnected channel must wait.
     let gate: { promise: Promise<void>; open(): void } | undefined;
     let waiting = 0;
@@ -166,13 +176,12 @@ describe.skipIf(!available)('RabbitMqAdapter channels (real RabbitMQ)', () => {
     await adapter.resume();
     gate.open();
     gate = undefined;
-    await waitFor(async () => (await consumers()) >= 1, 'the consumer to come back');
-    // Let any second basic.consume land before counting.
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    await waitFor(() => recoveries === 1, 'the reconnected channel set up (its consume returned)', 20_000);
     expect(await consumers()).toBe(1);
 
+    // stop() returns once the broker confirmed its basic.cancel (cancel-ok), so a consumer
+    // it knew of is gone now; one it did not know of stays, and the count is not 0.
     await adapter.stop();
-    await new Promise((resolve) => setTimeout(resolve, 300));
     expect(await consumers()).toBe(0);
   });
 

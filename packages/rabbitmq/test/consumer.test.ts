@@ -226,13 +226,15 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     await consumer.start();
     await raw.publish(queue, [{ id: `${queue}-m`, body: {} }]);
     await waitFor(() => events('processed').length === 1, 'the retry to succeed', 20_000);
-    // The original would come back after 5 s (the requeue after a failed copy).
-    await new Promise((resolve) => setTimeout(resolve, 7000));
+    // No 7 s sleep for the original to come back (it was requeued 5 s after a failed copy):
+    // the broker says whether it was acked. stop() closes the channel, and RabbitMQ puts
+    // every delivery still unacked on it back in the queue, so a held original shows up as
+    // one ready message at once, whether or not its requeue timer had run.
+    await consumer.stop();
+    expect(await raw.ready(queue), 'the original, not acked after its copy was confirmed').toBe(0);
     expect(events('duplicate'), 'runs of the same message on a second line').toHaveLength(0);
     expect(runs).toEqual([1, 2]);
     expect((await db.effects()).get(`${queue}-m`)).toBe(1);
-    await consumer.stop();
-    expect(await raw.ready(queue)).toBe(0);
   });
 
   it('dead-letters poison messages with the reason in headers and leaves the rest of the stream alone', async () => {
@@ -580,12 +582,18 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
     topologyCleanup(queue);
     const seen: Array<{ id: string; body: unknown; viaFunction: string }> = [];
     const consumer = consumerFor(queue, {
+      // One at a time, in queue order: whatever was published before 'order-2' (on the
+      // same channel, so queued before it) has been handled once 'order-2' is.
+      concurrency: 1,
       // An ID function of the envelope: here the producer's messageId with a prefix.
       idStrategy: (envelope) => (envelope.producerMessageId ? `fn:${envelope.producerMessageId}` : undefined),
       handler: async (message) => {
         seen.push({ id: message.id, body: message.body, viaFunction: message.id.slice(0, 3) });
       },
     });
+    // A message sent without an ID would be dead-lettered (missing-id), never seen.
+    const deadLettered: string[] = [];
+    consumer.on('deadLettered', (event) => deadLettered.push(event.reason ?? 'dead-lettered'));
     await consumer.start();
     const channel = await raw.connection.createConfirmChannel();
     channel.on('error', () => {});
@@ -604,9 +612,9 @@ describe.skipIf(!available)('RabbitMQ consumer (real RabbitMQ + PostgreSQL)', ()
       }
       const second = await publish(channel, { queue }, { id: 'y', n: 2 }, { messageId: 'order-2' });
       expect(second).toBe('order-2');
-      await waitFor(() => seen.length === 2, 'both published messages');
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      expect(seen.map((s) => s.id).sort()).toEqual(['fn:order-1', 'fn:order-2']);
+      await waitFor(() => seen.some((s) => s.id === 'fn:order-2'), "'order-2' handled");
+      expect(seen.map((s) => s.id)).toEqual(['fn:order-1', 'fn:order-2']);
+      expect(deadLettered, 'refused publishes that reached the queue anyway').toEqual([]);
       expect(seen.find((s) => s.id === 'fn:order-1')?.body).toEqual({ id: 'x', n: 1 });
       const error = await publish(
         channel,

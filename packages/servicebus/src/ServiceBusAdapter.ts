@@ -1,4 +1,5 @@
-import { createHash } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import {
   ServiceBusClient,
   type ServiceBusReceivedMessage,
@@ -21,20 +22,17 @@ import {
 } from '@oncely/core';
 import { DispositionGate } from './DispositionGate.js';
 import { serviceBusErrorCode, toSettlementError } from './errors.js';
-
-/** The SDK's raw AMQP message type (from @azure/core-amqp, which it does not re-export). */
-type AmqpAnnotatedMessage = ServiceBusReceivedMessage['_rawAmqpMessage'];
-
+import { onLiveLink } from './liveLink.js';
+import { holdThenAbandon, SessionKeeper } from './locks.js';
+import { retryCopy } from './retryCopy.js';
 import { type DeliveryHost, ServiceBusDelivery } from './ServiceBusDelivery.js';
 import { parseServiceBusConfig, type ServiceBusSettings } from './serviceBusConfig.js';
-import { COPY_PROPERTIES, toEnvelope } from './toEnvelope.js';
+import { toEnvelope } from './toEnvelope.js';
 
 /** Lock duration assumed until the first delivery shows the real one (the service default). */
 const DEFAULT_LOCK_DURATION_MS = 60_000;
 /** Service Bus caps a dead-letter description; longer details are cut. */
 const MAX_DETAIL_LENGTH = 1024;
-/** Service Bus caps a MessageId at 128 characters. */
-const MAX_MESSAGE_ID_LENGTH = 128;
 /** How long a session worker waits for the next message before giving the session up. */
 const SESSION_IDLE_MS = 1000;
 /**
@@ -45,6 +43,8 @@ const SESSION_IDLE_MS = 1000;
 export const FOLLOW_UP_WAIT_MS = 20;
 /** Codes with which accept-next-session says that no session is free right now. */
 const NO_SESSION_CODES = new Set(['ServiceTimeout', 'SessionCannotBeLocked']);
+/** Codes with which accepting a named session says that the entity has no sessions. */
+const NOT_A_SESSION_ENTITY = new Set(['SessionCannotBeLocked', 'InvalidOperation']);
 
 /**
  * What `createAdapter` receives besides the broker section (the core's adapter options).
@@ -104,13 +104,18 @@ export class ServiceBusAdapter implements BrokerAdapter {
   private readonly ownsClient: boolean;
   private readonly log: Logger;
   private lockDurationMs: number;
-  private readonly learnLockDuration: boolean;
-  /** True once a delivery showed the lock duration. */
-  private learned = false;
+  /** Largest lock time left seen on a fresh lock: the entity's LockDuration, at most. */
+  private learnedMs: number | undefined;
+  private warnedLockDuration = false;
   private sender: ServiceBusSender | undefined;
   private receiver: ServiceBusReceiver | undefined;
   private readonly sessionReceivers = new Set<ServiceBusSessionReceiver>();
   private readonly loops: Array<Promise<void>> = [];
+  /** Delayed retries waiting out their delay with the lock held, outside any handler slot. */
+  private readonly holds = new Set<Promise<void>>();
+  /** Session workers running, and those of them waiting out a delayed retry. */
+  private sessionWorkers = 0;
+  private holdingWorkers = 0;
   private readonly halt = new AbortController();
 
   constructor(
@@ -119,17 +124,21 @@ export class ServiceBusAdapter implements BrokerAdapter {
   ) {
     this.settings = parseServiceBusConfig(broker);
     this.log = options.log;
+    // Every held delayed retry and every session worker waits on the halt signal: more
+    // than Node's default of 10 listeners is normal here, not a leak.
+    setMaxListeners(0, this.halt.signal);
     this.ownsClient = this.settings.client === undefined;
     this.client =
       this.settings.client ??
       new ServiceBusClient(this.settings.connectionString!, this.settings.clientOptions);
-    this.learnLockDuration = this.settings.lockDurationMs === undefined;
     this.lockDurationMs = this.settings.lockDurationMs ?? DEFAULT_LOCK_DURATION_MS;
   }
 
   /**
    * Each renewal extends the lock by the entity's LockDuration (the service decides the
-   * length); the keeper renews at half of it. Learned from deliveries when not configured.
+   * length); the keeper renews at half of it. Learned from every delivery's lock; a
+   * configured `lockDurationMs` is only an upper bound (a longer one is warned about and
+   * ignored: trusted, every renewal would come after the lock is gone).
    */
   get lease(): AdapterLease {
     return { extendByMs: this.lockDurationMs };
@@ -138,12 +147,24 @@ export class ServiceBusAdapter implements BrokerAdapter {
   async start(runtime: AdapterRuntime): Promise<void> {
     const { maxDeliveryCount } = this.settings;
     const { maxAttempts } = this.options;
+    const { queueName, topicName, subscriptionName, retryStrategy, sessions } = this.settings;
     if (maxDeliveryCount !== undefined && maxAttempts !== undefined && maxDeliveryCount <= maxAttempts) {
       throw new BrokerMisconfiguredError(
         `${this.settings.entityPath}: MaxDeliveryCount (${maxDeliveryCount}) must be above maxAttempts (${maxAttempts}); otherwise Service Bus dead-letters messages (MaxDeliveryCountExceeded, without Oncely's reason) before Oncely does, and releases during a store outage count towards it`,
       );
     }
-    const { queueName, topicName, subscriptionName, retryStrategy, sessions } = this.settings;
+    // A peek works on every entity, with sessions or without: the existence check of both
+    // modes (with sessions: true a misspelt queue would start and only log forever).
+    const peeker = queueName
+      ? this.client.createReceiver(queueName, { maxAutoLockRenewalDurationInMs: 0 })
+      : this.client.createReceiver(topicName!, subscriptionName!, { maxAutoLockRenewalDurationInMs: 0 });
+    let known: boolean;
+    try {
+      known = await this.checkEntity(peeker);
+    } finally {
+      await peeker.close().catch(() => {});
+    }
+    if (known) await this.checkSessions();
     if (queueName && retryStrategy === 'schedule' && !sessions)
       this.sender = this.client.createSender(queueName);
     if (sessions) {
@@ -162,8 +183,50 @@ export class ServiceBusAdapter implements BrokerAdapter {
     this.receiver = queueName
       ? this.client.createReceiver(queueName, receiverOptions)
       : this.client.createReceiver(topicName!, subscriptionName!, receiverOptions);
-    await this.checkEntity(this.receiver);
     this.loops.push(this.receiveLoop(runtime));
+  }
+
+  /**
+   * Fails fast on an entity that does not exist, and on a `sessions` setting the entity
+   * contradicts: a non-session receiver on a RequiresSession entity (or the reverse) is
+   * refused on every receive, which the loops could only log. Accepting a session of a
+   * random ID takes nothing: it is granted (an empty session) only on a RequiresSession
+   * entity, and closed at once.
+   */
+  private async checkSessions(): Promise<void> {
+    const { queueName, topicName, subscriptionName, sessions, entityPath } = this.settings;
+    const probe = `oncely-probe-${randomUUID()}`;
+    const options = { receiveMode: 'peekLock' as const, maxAutoLockRenewalDurationInMs: 0 };
+    let requiresSession: boolean;
+    try {
+      const receiver = await (queueName
+        ? this.client.acceptSession(queueName, probe, options)
+        : this.client.acceptSession(topicName!, subscriptionName!, probe, options));
+      await receiver.close().catch(() => {});
+      requiresSession = true;
+    } catch (error) {
+      // The entity exists (checkEntity): a session of a random ID no one else can hold
+      // that cannot be accepted means the entity has no sessions. The SDK reports the
+      // refused attach as SessionCannotBeLocked; other codes are taken as not knowing.
+      if (!NOT_A_SESSION_ENTITY.has(serviceBusErrorCode(error) ?? '')) {
+        this.log.warn(
+          `servicebus: cannot tell whether ${entityPath} requires sessions at start; receiving anyway`,
+          {
+            error,
+          },
+        );
+        return;
+      }
+      requiresSession = false;
+    }
+    if (requiresSession !== sessions) {
+      await this.close().catch(() => {});
+      throw new BrokerMisconfiguredError(
+        requiresSession
+          ? `Service Bus entity ${entityPath} requires sessions: set broker.sessions: true (a receiver without sessions is refused on every receive)`
+          : `Service Bus entity ${entityPath} does not require sessions: remove broker.sessions (a session receiver is refused on it)`,
+      );
+    }
   }
 
   /**
@@ -171,9 +234,10 @@ export class ServiceBusAdapter implements BrokerAdapter {
    * than start a receive loop that can only report errors. Other failures (the namespace
    * not reachable yet) are left to the loop, which retries.
    */
-  private async checkEntity(receiver: ServiceBusReceiver): Promise<void> {
+  private async checkEntity(receiver: ServiceBusReceiver): Promise<boolean> {
     try {
       await receiver.peekMessages(1);
+      return true;
     } catch (error) {
       if (serviceBusErrorCode(error) === 'MessagingEntityNotFound') {
         await this.close().catch(() => {});
@@ -190,6 +254,7 @@ export class ServiceBusAdapter implements BrokerAdapter {
       this.log.warn(`servicebus: cannot peek ${this.settings.entityPath} at start; receiving anyway`, {
         error,
       });
+      return false;
     }
   }
 
@@ -200,12 +265,15 @@ export class ServiceBusAdapter implements BrokerAdapter {
    */
   async stop(): Promise<void> {
     this.halt.abort();
-    if (!this.settings.sessions) await Promise.all(this.loops);
+    if (!this.settings.sessions) await settled(this.loops);
+    // A held delayed retry abandons at once on the halt.
+    await settled(this.holds);
   }
 
   async close(): Promise<void> {
     this.halt.abort();
-    await Promise.all(this.loops);
+    await settled(this.loops);
+    await settled(this.holds);
     await this.receiver?.close().catch(() => {});
     for (const receiver of this.sessionReceivers) await receiver.close().catch(() => {});
     await this.sender?.close().catch(() => {});
@@ -254,11 +322,26 @@ export class ServiceBusAdapter implements BrokerAdapter {
     }
   }
 
-  /** One session at a time per worker; its messages one by one, in order. */
+  /**
+   * One session at a time per worker; its messages one by one, in order. A worker whose
+   * message waits out a delayed retry keeps its session (the message stays first in it)
+   * but no handler slot: a spare worker serves other sessions meanwhile, and leaves once
+   * it is one too many.
+   */
   private async sessionLoop(runtime: AdapterRuntime): Promise<void> {
+    this.sessionWorkers++;
+    try {
+      await this.sessionWorker(runtime);
+    } finally {
+      this.sessionWorkers--;
+    }
+  }
+
+  private async sessionWorker(runtime: AdapterRuntime): Promise<void> {
     const { queueName, topicName, subscriptionName } = this.settings;
     let failures = 0;
     while (!this.halt.signal.aborted) {
+      if (this.sessionWorkers - this.holdingWorkers > runtime.concurrency) return;
       if ((await runtime.whenReady()) <= 0) return;
       let receiver: ServiceBusSessionReceiver | undefined;
       const options = {
@@ -288,25 +371,45 @@ export class ServiceBusAdapter implements BrokerAdapter {
         continue;
       }
       this.sessionReceivers.add(receiver);
+      const held = receiver;
+      // A lost session lock gives the session up (closing releases it), rather than
+      // keep receiving on a link the service detached.
+      const keeper = new SessionKeeper(receiver, this.log, () => void held.close().catch(() => {}));
+      const session: SessionState = { keeper, hold: undefined };
       try {
         this.learnSessionLock(receiver);
-        const host = this.hostFor(receiver);
-        while (!this.halt.signal.aborted) {
+        const host = this.hostFor(receiver, session);
+        while (!this.halt.signal.aborted && !keeper.lost) {
           if ((await runtime.whenReady()) <= 0) break;
           const [message] = await receiver.receiveMessages(1, {
             maxWaitTimeInMs: Math.min(this.settings.maxWaitTimeMs, SESSION_IDLE_MS),
           });
           if (!message) break;
           // Awaited: one message of a session at a time keeps the session's order.
-          await this.accept(runtime, message, host, receiver.sessionLockedUntilUtc?.getTime());
+          await this.accept(runtime, message, host, keeper.lockedUntil);
+          if (session.hold) await this.waitOutHold(runtime, session);
         }
       } catch (error) {
-        if (!this.halt.signal.aborted)
+        if (!this.halt.signal.aborted && !keeper.lost)
           runtime.reportError(error, `session ${receiver.sessionId} ended with an error`);
       } finally {
+        keeper.stop();
         this.sessionReceivers.delete(receiver);
         await receiver.close().catch(() => {});
       }
+    }
+  }
+
+  /** Waits out a session message's delayed retry, a spare worker taking this one's turn. */
+  private async waitOutHold(runtime: AdapterRuntime, session: SessionState): Promise<void> {
+    this.holdingWorkers++;
+    try {
+      if (this.sessionWorkers - this.holdingWorkers < runtime.concurrency && !this.halt.signal.aborted)
+        this.loops.push(this.sessionLoop(runtime));
+      await session.hold;
+    } finally {
+      this.holdingWorkers--;
+      session.hold = undefined;
     }
   }
 
@@ -348,7 +451,7 @@ export class ServiceBusAdapter implements BrokerAdapter {
     sessionLockedUntil?: number,
   ): Promise<void> {
     this.stats.received++;
-    if (this.learnLockDuration && sessionLockedUntil === undefined && message.lockedUntilUtc) {
+    if (sessionLockedUntil === undefined && message.lockedUntilUtc) {
       this.learn(message.lockedUntilUtc.getTime());
     }
     const delivery = new ServiceBusDelivery(
@@ -367,8 +470,7 @@ export class ServiceBusAdapter implements BrokerAdapter {
   }
 
   private learnSessionLock(receiver: ServiceBusSessionReceiver): void {
-    if (this.learnLockDuration && receiver.sessionLockedUntilUtc)
-      this.learn(receiver.sessionLockedUntilUtc.getTime());
+    if (receiver.sessionLockedUntilUtc) this.learn(receiver.sessionLockedUntilUtc.getTime());
   }
 
   /**
@@ -378,35 +480,61 @@ export class ServiceBusAdapter implements BrokerAdapter {
   private learn(lockedUntil: number): void {
     const left = lockedUntil - Date.now();
     if (left <= 0) return;
-    this.lockDurationMs = this.learned ? Math.max(this.lockDurationMs, left) : left;
-    this.learned = true;
+    this.learnedMs = Math.max(this.learnedMs ?? 0, left);
+    const configured = this.settings.lockDurationMs;
+    this.lockDurationMs = Math.min(configured ?? Number.POSITIVE_INFINITY, this.learnedMs);
+    // A second of slack: a fresh lock shows the LockDuration less the trip to us.
+    if (configured !== undefined && configured > this.learnedMs + 1000 && !this.warnedLockDuration) {
+      this.warnedLockDuration = true;
+      this.log.warn(
+        `servicebus: broker.lockDurationMs (${configured} ms) is longer than the lock ${this.settings.entityPath} gives (${Math.round(this.learnedMs)} ms left on a fresh lock); ignored, renewing at the entity's pace`,
+      );
+    }
   }
 
   // ------------------------------------------------------------------------------------
   // Settlement
   // ------------------------------------------------------------------------------------
 
-  private hostFor(receiver: ServiceBusReceiver | ServiceBusSessionReceiver): DeliveryHost {
-    const isSession = 'sessionId' in receiver && receiver.sessionId !== undefined;
+  private hostFor(
+    receiver: ServiceBusReceiver | ServiceBusSessionReceiver,
+    session?: SessionState,
+  ): DeliveryHost {
     const gate = new DispositionGate();
+    // A session whose lock is lost has its receiver closed (SessionKeeper): a settlement
+    // through it would fail as "receiver closed"; it is a lost lock, and said as one (the
+    // core then counts a release as done: the service has the message back).
+    const onSession = (call: () => Promise<void>): Promise<void> =>
+      session?.keeper.lost ? Promise.reject(session.keeper.lostBecause) : call();
     const complete = (message: ServiceBusReceivedMessage) =>
-      gate.run('shared', () => onLiveLink(message, (m) => receiver.completeMessage(m)));
+      onSession(() => gate.run('shared', () => onLiveLink(message, (m) => receiver.completeMessage(m))));
     const abandon = (message: ServiceBusReceivedMessage) =>
-      gate.run('exclusive', () => onLiveLink(message, (m) => receiver.abandonMessage(m)));
+      onSession(() => gate.run('exclusive', () => onLiveLink(message, (m) => receiver.abandonMessage(m))));
     return {
       complete: (d) => this.settle('completeMessage', () => complete(d.message)),
       abandon: (d) => this.settle('abandonMessage', () => abandon(d.message)),
       deadLetter: (d, reason, detail) =>
         this.deadLetter(reason, detail, (options) =>
-          gate.run('exclusive', () => onLiveLink(d.message, (m) => receiver.deadLetterMessage(m, options))),
+          onSession(() =>
+            gate.run('exclusive', () => onLiveLink(d.message, (m) => receiver.deadLetterMessage(m, options))),
+          ),
         ),
-      retry: (d, delayMs, info) => this.retry(d, delayMs, info, isSession, complete, abandon),
+      retry: (d, delayMs, info) =>
+        this.retry(d, delayMs, info, session, complete, abandon, () =>
+          this.settle('renewLock', () => receiver.renewMessageLock(d.message)).then((until) =>
+            until.getTime(),
+          ),
+        ),
+      // A session message's lock is its session's, which the SessionKeeper renews.
       renew: async (d) => {
-        const until = await this.settle('renewLock', () =>
-          isSession
-            ? (receiver as ServiceBusSessionReceiver).renewSessionLock()
-            : receiver.renewMessageLock(d.message),
-        );
+        if (session) {
+          if (session.keeper.lost) {
+            this.stats.lockLost++;
+            throw session.keeper.lostBecause;
+          }
+          return session.keeper.lockedUntil;
+        }
+        const until = await this.settle('renewLock', () => receiver.renewMessageLock(d.message));
         return until.getTime();
       },
     };
@@ -448,16 +576,28 @@ export class ServiceBusAdapter implements BrokerAdapter {
     delivery: ServiceBusDelivery,
     delayMs: number,
     info: SettlementInfo | undefined,
-    isSession: boolean,
+    session: SessionState | undefined,
     completeMessage: (message: ServiceBusReceivedMessage) => Promise<void>,
     abandonMessage: (message: ServiceBusReceivedMessage) => Promise<void>,
+    renewLock: () => Promise<number>,
   ): Promise<void> {
     const abandon = () => this.settle('abandonMessage', () => abandonMessage(delivery.message));
     if (delayMs <= 0) return abandon();
-    if (!this.sender || isSession) {
-      // The lease keeper renews the lock while we wait (the settlement is not done yet).
-      await pauseUnlessAborted(delayMs, this.halt.signal);
-      return abandon();
+    if (!this.sender || session) {
+      // Held outside the handler slot: this settlement is over at once (the core frees
+      // the slot), and the hold renews the lock itself until the delay is over.
+      const hold = holdThenAbandon({
+        delayMs,
+        lockedUntil: delivery.leaseExpiresAt ?? Date.now(),
+        renew: session ? undefined : renewLock,
+        abandon,
+        halt: this.halt.signal,
+        log: this.log,
+      });
+      this.holds.add(hold);
+      void hold.finally(() => this.holds.delete(hold));
+      if (session) session.hold = hold;
+      return;
     }
     const attempts = info?.attempt ?? delivery.envelope.deliveryCount ?? 1;
     const copy = retryCopy(delivery, attempts);
@@ -476,101 +616,17 @@ export class ServiceBusAdapter implements BrokerAdapter {
   }
 }
 
-/** How often a pending settlement checks whether its link died under it. */
-const LINK_CHECK_MS = 250;
-
-/**
- * Settles on the message's link while it lives. When the link dies before the answer
- * comes (the disposition was lost with the connection, and the SDK would wait a minute
- * for it), settles again through `$management` by lock token. If the first disposition
- * did arrive, the second finds the lock gone (`MessageLockLost`): counted, never a
- * second effect.
- */
-function onLiveLink(
-  message: ServiceBusReceivedMessage,
-  settle: (message: ServiceBusReceivedMessage) => Promise<void>,
-): Promise<void> {
-  const first = settle(viaLiveLink(message));
-  if (message.sessionId !== undefined) return first;
-  return new Promise<void>((resolve, reject) => {
-    let done = false;
-    const timer = setInterval(() => {
-      if (done || !linkIsGone(message)) return;
-      done = true;
-      clearInterval(timer);
-      first.catch(() => {});
-      settle(viaLiveLink(message)).then(resolve, reject);
-    }, LINK_CHECK_MS);
-    timer.unref();
-    first.then(
-      () => {
-        if (done) return;
-        done = true;
-        clearInterval(timer);
-        resolve();
-      },
-      (error) => {
-        if (done) return;
-        done = true;
-        clearInterval(timer);
-        reject(error);
-      },
-    );
-  });
+/** A session a worker holds: its lock's keeper, and a delayed retry it waits out. */
+interface SessionState {
+  keeper: SessionKeeper;
+  hold: Promise<void> | undefined;
 }
 
-function linkIsGone(message: ServiceBusReceivedMessage): boolean {
-  const link = (message as unknown as { delivery?: { link?: { is_open?: () => boolean } } }).delivery?.link;
-  return link !== undefined && typeof link.is_open === 'function' && !link.is_open();
-}
-
-/**
- * After a connection loss the SDK re-creates its receiver link under the same name, and
- * its settle path finds that new link by name and settles the old delivery on the old,
- * dead link: the call never gets an answer (it times out after a minute and is
- * retried). For a message whose link is gone the SDK itself settles through
- * `$management` by lock token when it finds no open receiver; this makes it take that
- * path. Session messages are left alone: their lock dies with their link
- * (`SessionLockLost`).
- */
-function viaLiveLink(message: ServiceBusReceivedMessage): ServiceBusReceivedMessage {
-  const holder = message as unknown as { delivery?: { remote_settled?: boolean } };
-  if (message.sessionId === undefined && linkIsGone(message)) {
-    holder.delivery = { remote_settled: holder.delivery?.remote_settled ?? false };
+/** Waits for every promise in `set`, also those added while waiting. */
+async function settled(set: Iterable<Promise<unknown>>): Promise<void> {
+  for (;;) {
+    const pending = [...set];
+    await Promise.all(pending.map((p) => p.catch(() => {})));
+    if ([...set].every((p) => pending.includes(p))) return;
   }
-  return message;
-}
-
-/**
- * The scheduled copy of a failed message: the same body, properties and session, a
- * MessageId of its own (deterministic per attempt: duplicate detection would silently
- * drop a copy reusing the original's inside the window, and drops a re-sent copy of
- * the same attempt), the Oncely ID in `oncely-message-id` and the attempts so far in
- * `oncely-attempts`.
- */
-export function retryCopy(delivery: ServiceBusDelivery, attempts: number): AmqpAnnotatedMessage {
-  const raw = delivery.message._rawAmqpMessage;
-  const originalId = delivery.envelope.producerMessageId ?? delivery.envelope.brokerMessageId ?? 'unknown';
-  let copyId = `${originalId}|oncely-retry-${attempts}`;
-  if (copyId.length > MAX_MESSAGE_ID_LENGTH) {
-    copyId = `oncely-retry-${attempts}-${createHash('sha256').update(originalId).digest('hex')}`;
-  }
-  const annotations: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(raw.messageAnnotations ?? {})) {
-    // Broker-set annotations (sequence number, lock, enqueue time...) belong to the original.
-    if (!key.startsWith('x-opt-') || key === 'x-opt-partition-key') annotations[key] = value;
-  }
-  const properties = { ...(raw.applicationProperties ?? {}) };
-  if (delivery.envelope.producerMessageId !== undefined) {
-    properties[COPY_PROPERTIES.messageId] = delivery.envelope.producerMessageId;
-  }
-  properties[COPY_PROPERTIES.attempts] = attempts;
-  return {
-    body: raw.body,
-    bodyType: raw.bodyType,
-    header: raw.header ? { ...raw.header, deliveryCount: undefined } : undefined,
-    properties: { ...(raw.properties ?? {}), messageId: copyId },
-    applicationProperties: properties,
-    messageAnnotations: annotations,
-  };
 }

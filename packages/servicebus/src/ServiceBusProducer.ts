@@ -1,6 +1,6 @@
 import type { ServiceBusClient, ServiceBusMessage, ServiceBusSender } from '@azure/service-bus';
 import type { OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
-import { ConfigError } from '@oncely/core';
+import { ConfigError, traceHeaders } from '@oncely/core';
 import { sendWithId } from './sendWithId.js';
 
 /**
@@ -72,16 +72,12 @@ export function createServiceBusProducer(
             return {
               body: Buffer.from(message.body),
               messageId: message.id,
-              applicationProperties: { ...message.attributes },
+              // The trace headers sendWithId would add, here so packing counts them.
+              applicationProperties: { ...traceHeaders(), ...message.attributes },
               ...(options.keyAsSessionId && message.key !== undefined ? { sessionId: message.key } : {}),
             };
           });
-          try {
-            await sendWithId(senderOf(destination), batch, { attempts: 1 });
-            for (const index of indexes) results[index] = { ok: true };
-          } catch (error) {
-            for (const index of indexes) results[index] = { ok: false, error };
-          }
+          await sendPacked(senderOf(destination), batch, indexes, results);
         }),
       );
       return results;
@@ -92,4 +88,78 @@ export function createServiceBusProducer(
       await Promise.all(open.map((sender) => sender.close().catch(() => {})));
     },
   };
+}
+
+/**
+ * Sends a destination's messages in as few calls as fit: packed with the sender's own
+ * batch (which knows the entity's size limit) before sending, so one call never fails
+ * for its size; a message too large even alone fails permanently, by itself. A call
+ * refused anyway (the limit changed) is split in halves.
+ */
+async function sendPacked(
+  sender: ServiceBusSender,
+  messages: ServiceBusMessage[],
+  indexes: number[],
+  results: OutboxSendResult[],
+): Promise<void> {
+  const groups: number[][] = [];
+  try {
+    let batch = await sender.createMessageBatch();
+    let group: number[] = [];
+    for (let n = 0; n < messages.length; n++) {
+      if (batch.tryAddMessage(messages[n]!)) {
+        group.push(n);
+        continue;
+      }
+      if (group.length > 0) groups.push(group);
+      batch = await sender.createMessageBatch();
+      group = [];
+      if (batch.tryAddMessage(messages[n]!)) group.push(n);
+      else {
+        results[indexes[n]!] = {
+          ok: false,
+          error: new Error(
+            `message ${messages[n]!.messageId} is larger than the entity accepts (${batch.maxSizeInBytes} bytes)`,
+          ),
+          permanent: true,
+        };
+        batch = await sender.createMessageBatch();
+      }
+    }
+    if (group.length > 0) groups.push(group);
+  } catch (error) {
+    for (const index of indexes) results[index] ??= { ok: false, error };
+    return;
+  }
+  for (const group of groups) await sendGroup(sender, messages, group, indexes, results);
+}
+
+async function sendGroup(
+  sender: ServiceBusSender,
+  messages: ServiceBusMessage[],
+  group: number[],
+  indexes: number[],
+  results: OutboxSendResult[],
+): Promise<void> {
+  try {
+    await sendWithId(
+      sender,
+      group.map((n) => messages[n]!),
+      { attempts: 1 },
+    );
+    for (const n of group) results[indexes[n]!] = { ok: true };
+  } catch (error) {
+    if (
+      group.length > 1 &&
+      /too big|too large|MessageSizeExceeded/i.test(
+        String((error as Error)?.message) + String((error as { code?: unknown })?.code),
+      )
+    ) {
+      const half = Math.ceil(group.length / 2);
+      await sendGroup(sender, messages, group.slice(0, half), indexes, results);
+      await sendGroup(sender, messages, group.slice(half), indexes, results);
+      return;
+    }
+    for (const n of group) results[indexes[n]!] = { ok: false, error };
+  }
 }

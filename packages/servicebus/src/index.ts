@@ -2,6 +2,7 @@
 export { createAdapter } from './createAdapter.js';
 export type { ServiceBusConsumerOptions } from './createServiceBusConsumer.js';
 export { createServiceBusConsumer } from './createServiceBusConsumer.js';
+export { openDeadLetters } from './deadLetters.js';
 export { diagnose } from './diagnose.js';
 export {
   isLockLostError,
@@ -10,8 +11,9 @@ export {
   serviceBusErrorCode,
 } from './errors.js';
 export { findDeadLetters } from './findDeadLetters.js';
+export { retryCopy } from './retryCopy.js';
 export type { ServiceBusAdapterOptions, ServiceBusAdapterStats } from './ServiceBusAdapter.js';
-export { retryCopy, ServiceBusAdapter } from './ServiceBusAdapter.js';
+export { ServiceBusAdapter } from './ServiceBusAdapter.js';
 export { ServiceBusDelivery } from './ServiceBusDelivery.js';
 export type { ServiceBusProducerOptions } from './ServiceBusProducer.js';
 export { createServiceBusProducer } from './ServiceBusProducer.js';

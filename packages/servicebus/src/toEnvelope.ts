@@ -13,6 +13,11 @@ import type { Envelope } from '@oncely/core';
 export const COPY_PROPERTIES = {
   /** The original's MessageId: the copy has a MessageId of its own (duplicate detection would drop a reused one). */
   messageId: 'oncely-message-id',
+  /**
+   * The original's broker ID (sequence number): a copy has a sequence number of its own,
+   * and `idStrategy: 'broker'` must still see the original's.
+   */
+  brokerId: 'oncely-broker-id',
   /** Attempts already made on the original: the copy's attempt count continues from it. */
   attempts: 'oncely-attempts',
 } as const;
@@ -22,7 +27,8 @@ export const COPY_PROPERTIES = {
  *
  * - `producerMessageId`: `oncely-message-id` (on retry copies) else `messageId` — what
  *   the default `'producer'` ID strategy reads;
- * - `brokerMessageId`: the sequence number (unique per entity, new on every copy);
+ * - `brokerMessageId`: `oncely-broker-id` (on retry copies: the original's) else the
+ *   sequence number (unique per entity);
  * - `attributes`: application properties as strings;
  * - `deliveryCount`: `oncely-attempts` + the SDK's `deliveryCount` (failed deliveries of
  *   this copy, 0 on the first) + 1, so 1 on the first delivery;
@@ -47,13 +53,17 @@ export function toEnvelope(message: ServiceBusReceivedMessage, source: string): 
       : message.messageId === undefined || message.messageId === null
         ? undefined
         : String(message.messageId);
+  const carriedBrokerId = properties[COPY_PROPERTIES.brokerId];
   const before = nonNegativeInteger(properties[COPY_PROPERTIES.attempts]) ?? 0;
   const failed = nonNegativeInteger(message.deliveryCount) ?? 0;
   return {
     body: message.body,
     attributes,
     producerMessageId,
-    brokerMessageId: message.sequenceNumber?.toString(),
+    brokerMessageId:
+      typeof carriedBrokerId === 'string' && carriedBrokerId !== ''
+        ? carriedBrokerId
+        : message.sequenceNumber?.toString(),
     deliveryCount: before + failed + 1,
     redelivered: before + failed > 0,
     orderingKey: message.sessionId,

@@ -11,6 +11,14 @@ import {
   type Logger,
   pauseUnlessAborted,
 } from '@oncely/core';
+import {
+  DEAD_LETTER_ATTRIBUTES,
+  DEDUPLICATION_ID_ATTRIBUTE,
+  deadLetterAttributes,
+  MAX_MESSAGE_ATTRIBUTES,
+  messageSize,
+  originalAttributes,
+} from './deadLetterAttributes.js';
 import { isCredentialError, SqsOperationError } from './errors.js';
 import { GroupSequencer } from './GroupSequencer.js';
 import { MAX_TOTAL_VISIBILITY_MS, SqsDelivery } from './SqsDelivery.js';
@@ -23,26 +31,6 @@ const FALLBACK_VISIBILITY_MS = 30_000;
 
 /** Request timeout beyond the long-poll wait, for clients the adapter builds itself. */
 const REQUEST_TIMEOUT_MARGIN_S = 15;
-
-/** SQS allows at most 10 message attributes per message. */
-const MAX_MESSAGE_ATTRIBUTES = 10;
-
-/** Dead-letter detail is cut to this length (message attributes count towards the 256 KiB limit). */
-const MAX_DETAIL_LENGTH = 1000;
-
-/**
- * Message attributes added to a dead-lettered copy.
- *
- * @example
- * ```ts
- * const reason = dlqMessage.MessageAttributes?.[DEAD_LETTER_ATTRIBUTES.reason]?.StringValue; // 'max-attempts'
- * ```
- */
-export const DEAD_LETTER_ATTRIBUTES = {
-  reason: 'oncely-dead-letter-reason',
-  detail: 'oncely-dead-letter-detail',
-  sourceMessageId: 'oncely-source-message-id',
-} as const;
 
 /**
  * Where dead-lettered messages go:
@@ -481,7 +469,13 @@ export class SqsAdapter implements BrokerAdapter {
       case 'queue': {
         const { message } = delivery;
         const body = message.Body ?? '';
-        const attributes = this.deadLetterCopyAttributes(message, reason, detail, route.maxMessageBytes);
+        const attributes = this.deadLetterCopyAttributes(
+          message,
+          reason,
+          detail,
+          route.maxMessageBytes,
+          delivery.envelope.deduplicationId,
+        );
         if (route.maxMessageBytes !== undefined && messageSize(body, attributes) > route.maxMessageBytes) {
           // Even the bare copy is too big (the DLQ's MaximumMessageSize is below the source
           // queue's): no retry can send it. Park it like a message with no destination.
@@ -571,8 +565,9 @@ export class SqsAdapter implements BrokerAdapter {
     reason: DeadLetterReason,
     detail: string,
     maxMessageBytes: number | undefined,
+    deduplicationId: string | undefined,
   ): Record<string, MessageAttributeValue> {
-    const attributes = deadLetterAttributes(message, reason, detail, maxMessageBytes);
+    const attributes = deadLetterAttributes(message, reason, detail, maxMessageBytes, deduplicationId);
     if (attributes[DEAD_LETTER_ATTRIBUTES.reason]?.StringValue !== reason) {
       this.log.warn(
         `sqs: the dead-lettered copy has no room for ${DEAD_LETTER_ATTRIBUTES.reason} (SQS allows ${MAX_MESSAGE_ATTRIBUTES} attributes, and the dead-letter queue's MaximumMessageSize bounds body plus attributes)`,
@@ -584,71 +579,14 @@ export class SqsAdapter implements BrokerAdapter {
 }
 
 /**
- * The dead-lettered copy's attributes: every original attribute (SQS allows 10, so
- * the copy always keeps them all, its `message-id` included, and replays as the same
- * message), then, while there is room under that limit and under `maxMessageBytes` (the
- * dead-letter queue's MaximumMessageSize, body included), the reason, the detail and the
- * source MessageId. An original attribute named like one of Oncely's keeps its value.
- *
- * @example
- * ```ts
- * const attributes = deadLetterAttributes(message, 'max-attempts', 'boom');
- * const reasonKept = DEAD_LETTER_ATTRIBUTES.reason in attributes; // false when the original had 10
- * ```
- */
-export function deadLetterAttributes(
-  message: SqsMessage,
-  reason: DeadLetterReason,
-  detail: string,
-  maxMessageBytes = Number.POSITIVE_INFINITY,
-): Record<string, MessageAttributeValue> {
-  const attributes = originalAttributes(message);
-  const body = message.Body ?? '';
-  const add = (name: string, value: string) => {
-    if (name in attributes || Object.keys(attributes).length >= MAX_MESSAGE_ATTRIBUTES) return;
-    const candidate = { ...attributes, [name]: { DataType: 'String', StringValue: value } };
-    if (messageSize(body, candidate) <= maxMessageBytes) Object.assign(attributes, candidate);
-  };
-  add(DEAD_LETTER_ATTRIBUTES.reason, reason);
-  const trimmed = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
-  if (trimmed !== '') add(DEAD_LETTER_ATTRIBUTES.detail, trimmed);
-  if (message.MessageId) add(DEAD_LETTER_ATTRIBUTES.sourceMessageId, message.MessageId);
-  return attributes;
-}
-
-/** The message's own attributes, as a SendMessage takes them. */
-function originalAttributes(message: SqsMessage): Record<string, MessageAttributeValue> {
-  const attributes: Record<string, MessageAttributeValue> = {};
-  for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
-    attributes[name] = {
-      DataType: value.DataType,
-      StringValue: value.StringValue,
-      BinaryValue: value.BinaryValue,
-    };
-  }
-  return attributes;
-}
-
-/**
- * A message's size as SQS counts it against MaximumMessageSize: the body plus, for each
- * attribute, its name, data type and value, in bytes.
- */
-function messageSize(body: string, attributes: Record<string, MessageAttributeValue>): number {
-  let size = Buffer.byteLength(body, 'utf8');
-  for (const [name, value] of Object.entries(attributes)) {
-    size += Buffer.byteLength(name, 'utf8') + Buffer.byteLength(value.DataType ?? '', 'utf8');
-    if (value.StringValue !== undefined) size += Buffer.byteLength(value.StringValue, 'utf8');
-    if (value.BinaryValue !== undefined) size += value.BinaryValue.byteLength;
-  }
-  return size;
-}
-
-/**
  * The ID is read from a message attribute under the default strategy: a list of
  * attributes to fetch that leaves it out would make every message `missing-id`.
  */
 function withIdAttribute(names: string[], strategy: IdStrategy): string[] {
   if (names.includes('All') || names.includes('.*')) return ['All'];
+  // A replayed dead letter carries its original deduplication ID as an attribute.
+  if (strategy === 'deduplication-id' && !names.includes(DEDUPLICATION_ID_ATTRIBUTE))
+    return [...names, DEDUPLICATION_ID_ATTRIBUTE];
   if (typeof strategy !== 'object' || names.includes(strategy.attribute)) return names;
   return [...names, strategy.attribute];
 }

@@ -11,6 +11,8 @@ import { toSendInput } from './sendMessage.js';
 
 /** SendMessageBatch takes at most 10 entries. */
 const MAX_BATCH = 10;
+/** SQS's limit on a SendMessageBatch's payload (the bodies and attributes together). */
+const MAX_BATCH_BYTES = 1_048_576;
 
 /**
  * Options of {@link createSqsProducer}.
@@ -131,7 +133,34 @@ async function sendBatch(
       results[index] = { ok: false, error, permanent: true };
     }
   }
-  if (entries.length === 0) return;
+  // Packed by bytes before sending (SQS refuses the whole call past its limit), and a
+  // call refused as too long anyway is split in halves: a row is never failed for the
+  // size of the others it was batched with.
+  let chunk: SendMessageBatchRequestEntry[] = [];
+  let bytes = 0;
+  for (const entry of entries) {
+    const size = entrySize(entry);
+    if (chunk.length > 0 && bytes + size > MAX_BATCH_BYTES) {
+      await sendEntries(client, queueUrl, chunk, indexes, results);
+      chunk = [];
+      bytes = 0;
+    }
+    chunk.push(entry);
+    bytes += size;
+  }
+  if (chunk.length > 0) await sendEntries(client, queueUrl, chunk, indexes, results);
+  for (const index of indexes) {
+    results[index] ??= { ok: false, error: new Error('SQS answered nothing for this entry') };
+  }
+}
+
+async function sendEntries(
+  client: SQSClient,
+  queueUrl: string,
+  entries: SendMessageBatchRequestEntry[],
+  indexes: number[],
+  results: OutboxSendResult[],
+): Promise<void> {
   try {
     const out = await client.send(new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: entries }));
     for (const ok of out.Successful ?? []) results[indexes[Number(ok.Id)]!] = { ok: true };
@@ -145,15 +174,33 @@ async function sendBatch(
     }
   } catch (error) {
     const code = sqsErrorCode(error) ?? 'Unknown';
+    if (code.endsWith('BatchRequestTooLong') && entries.length > 1) {
+      const half = Math.ceil(entries.length / 2);
+      await sendEntries(client, queueUrl, entries.slice(0, half), indexes, results);
+      await sendEntries(client, queueUrl, entries.slice(half), indexes, results);
+      return;
+    }
     const wrapped = new SqsOperationError(
       'SendMessageBatch',
       code,
       error instanceof Error ? error.message : String(error),
       { cause: error },
     );
-    for (const entry of entries) results[indexes[Number(entry.Id)]!] = { ok: false, error: wrapped };
+    // One entry too long alone is too long for good.
+    const permanent = code.endsWith('BatchRequestTooLong');
+    for (const entry of entries)
+      results[indexes[Number(entry.Id)]!] = permanent
+        ? { ok: false, error: wrapped, permanent }
+        : { ok: false, error: wrapped };
   }
-  for (const index of indexes) {
-    results[index] ??= { ok: false, error: new Error('SQS answered nothing for this entry') };
+}
+
+/** What an entry counts toward the batch limit: its body and its attributes' names, types and values. */
+function entrySize(entry: SendMessageBatchRequestEntry): number {
+  let size = Buffer.byteLength(entry.MessageBody ?? '', 'utf8');
+  for (const [name, value] of Object.entries(entry.MessageAttributes ?? {})) {
+    size += Buffer.byteLength(name, 'utf8') + Buffer.byteLength(value.DataType ?? '', 'utf8');
+    size += Buffer.byteLength(value.StringValue ?? '', 'utf8') + (value.BinaryValue?.byteLength ?? 0);
   }
+  return size;
 }

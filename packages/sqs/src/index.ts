@@ -2,6 +2,8 @@
 export { createAdapter } from './createAdapter.js';
 export type { SqsConsumerOptions } from './createSqsConsumer.js';
 export { createSqsConsumer } from './createSqsConsumer.js';
+export { DEAD_LETTER_ATTRIBUTES } from './deadLetterAttributes.js';
+export { DEAD_LETTER_SESSION_VISIBILITY_SECONDS, openDeadLetters } from './deadLetters.js';
 export { diagnose } from './diagnose.js';
 export {
   isCredentialError,
@@ -12,7 +14,7 @@ export {
   sqsErrorCode,
 } from './errors.js';
 export type { DeadLetterRoute, SqsAdapterOptions, SqsAdapterStats } from './SqsAdapter.js';
-export { DEAD_LETTER_ATTRIBUTES, SqsAdapter } from './SqsAdapter.js';
+export { SqsAdapter } from './SqsAdapter.js';
 export { MAX_TOTAL_VISIBILITY_MS } from './SqsDelivery.js';
 export type { SqsProducerOptions } from './SqsProducer.js';
 export { createSqsProducer } from './SqsProducer.js';

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Message as SqsMessage } from '@aws-sdk/client-sqs';
 import type { Envelope } from '@oncely/core';
+import { DEDUPLICATION_ID_ATTRIBUTE } from './deadLetterAttributes.js';
 
 /** What {@link toEnvelope} needs to know about the queue. */
 export interface EnvelopeContext {
@@ -45,6 +46,9 @@ export function toEnvelope(message: SqsMessage, context: EnvelopeContext): Envel
   if (deduplicationId && context.contentBasedDeduplication && deduplicationId === sha256Hex(body)) {
     deduplicationId = undefined;
   }
+  // A replayed dead letter: its own deduplication ID is new, the original travels with it.
+  const carried = attributes[DEDUPLICATION_ID_ATTRIBUTE];
+  if (carried !== undefined && carried !== '') deduplicationId = carried;
   return {
     body,
     attributes,

@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import diagnostics from 'node:diagnostics_channel';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   CreateQueueCommand,
   GetQueueAttributesCommand,
@@ -105,4 +107,31 @@ export async function drainVisible(client: SQSClient, queueUrl: string) {
     if (!out.Messages?.length) return all;
     all.push(...out.Messages);
   }
+}
+
+/**
+ * Counts the ReceiveMessage requests that fauxqs (in this process) has read in full and not
+ * yet answered: long polls held at the server. Seen from Node's own HTTP server
+ * (`http.server.request.start`), not from the client, so a count of 1 means the request
+ * is on the server's side of the wire: fauxqs will hold it for its WaitTimeSeconds whatever
+ * the client does next (it does not notice a closed connection).
+ */
+export function heldPolls(emulator: Emulator): { count(): number; close(): void } {
+  let held = 0;
+  const onStart = (message: unknown) => {
+    const { request, response, server } = message as {
+      request: IncomingMessage;
+      response: ServerResponse;
+      server: unknown;
+    };
+    if (request.headers['x-amz-target'] !== 'AmazonSQS.ReceiveMessage') return;
+    const port = (server as { address(): { port: number } | null }).address()?.port;
+    if (port !== emulator.server.port) return;
+    request.once('end', () => {
+      held++;
+      response.once('close', () => held--);
+    });
+  };
+  diagnostics.subscribe('http.server.request.start', onStart);
+  return { count: () => held, close: () => diagnostics.unsubscribe('http.server.request.start', onStart) };
 }

@@ -2,7 +2,7 @@ import { silentLogger } from '@oncely/core';
 import { ConsumerSpy, waitFor } from '@oncely/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createSqsConsumer } from '../src/index.js';
-import { type Emulator, send, startEmulator } from './fauxqs.js';
+import { type Emulator, heldPolls, send, startEmulator } from './fauxqs.js';
 import { type FaultyClient, faultyClient } from './sqsFaults.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from './support.js';
 
@@ -11,6 +11,9 @@ import { createTestDatabase, postgresAvailable, type TestDatabase } from './supp
 // retries it soon, within what is left. Failures are injected into the real client's
 // middleware (an SQS `RequestThrottled` after the SDK gave up); fauxqs serves the rest.
 
+// 2 s where the scenario needs a message to arrive late in a short visibility; the
+// two-failures test uses 6 s so that a loaded machine's timer delays (tens to hundreds of
+// ms) cannot eat the visibility, while a retry half a visibility later still loses it.
 const VISIBILITY_MS = 2000;
 const hasPostgres = await postgresAvailable();
 
@@ -34,12 +37,17 @@ describe.skipIf(!hasPostgres)('SQS visibility heartbeat under failed renewals (f
   });
 
   /** A consumer whose handler holds each message until one renewal succeeded (or the lease is lost). */
-  async function start(name: string, faults: FaultyClient, broker: Record<string, unknown>) {
-    const queue = await emulator.createQueue(name, { VisibilityTimeout: String(VISIBILITY_MS / 1000) });
+  async function start(
+    name: string,
+    faults: FaultyClient,
+    broker: Record<string, unknown>,
+    visibilityMs = VISIBILITY_MS,
+  ) {
+    const queue = await emulator.createQueue(name, { VisibilityTimeout: String(visibilityMs / 1000) });
     let spy: ConsumerSpy | undefined;
     const consumer = createSqsConsumer({
       name,
-      broker: { queueUrl: queue.url, client: faults.client, visibilityTimeoutMs: VISIBILITY_MS, ...broker },
+      broker: { queueUrl: queue.url, client: faults.client, visibilityTimeoutMs: visibilityMs, ...broker },
       store: db.store,
       concurrency: 2,
       handlerTimeoutMs: 20_000,
@@ -70,16 +78,32 @@ describe.skipIf(!hasPostgres)('SQS visibility heartbeat under failed renewals (f
     cleanups.push(() => faults.destroy());
     faults.failNext('ChangeMessageVisibility', 1);
     faults.failNext('ChangeMessageVisibilityBatch', 1);
-    const { queue, consumer, spy } = await start('late', faults, { waitTimeSeconds: 5 });
-    await consumer.start();
-    // The message arrives 1.5 s into the long poll (this pause is the scenario, not a wait
-    // for a result): SQS starts its visibility clock when it hands the message out.
-    await waitFor(() => (faults.calls.get('ReceiveMessage') ?? 0) > 0, {
-      description: 'a long poll running',
+    // A 20 s poll, so the message surely arrives in the first one however slow the machine;
+    // stop() aborts it at the end instead of letting it run out.
+    const { queue, consumer, spy } = await start('late', faults, {
+      waitTimeSeconds: 20,
+      abortPollOnStop: true,
     });
+    const held = heldPolls(emulator);
+    cleanups.push(() => held.close());
+    // Which ReceiveMessage call brought the message in: the scenario holds only if it is
+    // the first one, the poll that was already 1.5 s old when the message was sent.
+    let receivedByCall: number | undefined;
+    consumer.on('received', (event) => {
+      if (event.messageId === 'late-1') receivedByCall ??= faults.calls.get('ReceiveMessage');
+    });
+    await consumer.start();
+    // The message arrives at least 1.5 s into the long poll (this pause is the scenario, not
+    // a wait for a result): SQS starts its visibility clock when it hands the message out.
+    // Counted from the poll held at fauxqs, not from the client's call (which comes before
+    // the request is on the wire).
+    await waitFor(() => held.count() >= 1, { description: 'a long poll held by fauxqs' });
     await new Promise((resolve) => setTimeout(resolve, 1500));
-    await send(faults.client, queue.url, [{ id: 'late-1', body: '{}' }]);
+    // Still the first poll: the message goes to a poll that has waited 1.5 s.
+    expect(faults.calls.get('ReceiveMessage')).toBe(1);
+    await send(emulator.client, queue.url, [{ id: 'late-1', body: '{}' }]);
     await settled(spy, 'late-1');
+    expect(receivedByCall, 'the message arrived in the first, 1.5 s old, long poll').toBe(1);
     expect(faults.injected('ChangeMessageVisibility') + faults.injected('ChangeMessageVisibilityBatch')).toBe(
       1,
     );
@@ -94,7 +118,7 @@ describe.skipIf(!hasPostgres)('SQS visibility heartbeat under failed renewals (f
     cleanups.push(() => faults.destroy());
     faults.failNext('ChangeMessageVisibility', 2);
     faults.failNext('ChangeMessageVisibilityBatch', 2);
-    const { queue, consumer, spy } = await start('twice', faults, { waitTimeSeconds: 1 });
+    const { queue, consumer, spy } = await start('twice', faults, { waitTimeSeconds: 1 }, 6000);
     await send(faults.client, queue.url, [{ id: 'twice-1', body: '{}' }]);
     await consumer.start();
     await settled(spy, 'twice-1');

@@ -81,8 +81,28 @@ describe.skipIf(!hasPostgres)('SQS receive options (fauxqs + PostgreSQL)', () =>
     cleanups.push(() => consumer.stop());
     await consumer.start();
     await waitFor(() => faults.injected('ReceiveMessage') > 0, { description: 'a refused receive' });
-    // Counting calls in a 3 s window: exponential backoff from 100 ms makes 4 or 5.
-    await new Promise((resolve) => setTimeout(resolve, 3000));
+    // The yardstick is a consumer whose receives fail for another reason (throttled), started
+    // only now: it pauses 200, 400, 800 ms (the backoff for network blips). Once it has
+    // asked 4 times, a consumer that took a credential refusal for a blip, started earlier on
+    // the same schedule, would have asked at least as often; one that waits
+    // authErrorBackoffMs (10 s) has asked once. Counted up to that point, not over a clock.
+    const yardstickQueue = await emulator.createQueue('creds-yardstick');
+    const yardstickFaults = faultyClient(emulator.endpoint);
+    cleanups.push(() => yardstickFaults.destroy());
+    yardstickFaults.failNext('ReceiveMessage', 1000, 'RequestThrottled');
+    const yardstick = createSqsConsumer({
+      name: 'creds-yardstick',
+      broker: { queueUrl: yardstickQueue.url, client: yardstickFaults.client, waitTimeSeconds: 1 },
+      store: db.store,
+      logger: silentLogger,
+      handler: async () => {},
+    });
+    cleanups.push(() => yardstick.stop());
+    await yardstick.start();
+    await waitFor(() => yardstickFaults.injected('ReceiveMessage') >= 4, {
+      timeoutMs: 8_000,
+      description: 'four throttled receives of the yardstick consumer',
+    });
     expect(faults.calls.get('ReceiveMessage')).toBe(1);
   }, 15_000);
 

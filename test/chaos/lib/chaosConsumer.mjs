@@ -42,11 +42,12 @@ export const COUNTED_EVENTS = /** @type {const} */ ([
  * @typedef {object} ConsumerPlan What the runner hands one consumer (JSON-safe).
  * @property {string} label for logs, e.g. `slot-1/gen-2`
  * @property {{ name: string, concurrency: number, maxAttempts: number, backoff: { initialMs: number, maxMs: number },
- *   handlerTimeoutMs: number, leaseRenewal: boolean, outageHoldMs: number, stopTimeoutMs: number }} consumer
+ *   handlerTimeoutMs: number, leaseRenewal: boolean, outageHoldMs: number, stopTimeoutMs: number,
+ *   idStrategy?: import('@oncely/core').IdStrategy }} consumer
  * @property {string} paymentsTable qualified, already quoted
  * @property {import('./chaosStore.mjs').StoreKind} [store] which store (and SQL dialect): postgres by default
  * @property {string} providerUrl base URL of the fake payment provider
- * @property {{ seed: number, ackLoss: number, stallRate: number, stallMs: number }} faults
+ * @property {{ seed: number, ackLoss: number, stallRate: number, stallMs: number, failFirstRate?: number }} faults
  * @property {string | undefined} defect
  */
 
@@ -114,7 +115,7 @@ export async function startChaosConsumer(input) {
   };
   let adapter = adapterModule.createAdapter(brokerConfig, adapterOptions);
   if (input.wrapAdapter) adapter = input.wrapAdapter(adapter);
-  const idStrategy = adapter.defaultIdStrategy;
+  const idStrategy = plan.consumer.idStrategy ?? adapter.defaultIdStrategy;
   if (plan.defect === 'ack-before-commit') {
     // Acks on receipt, before anything commits: a crash before the commit loses the message.
     adapter = interceptDeliveries(adapter, async (delivery, dispatch) => {
@@ -162,6 +163,7 @@ export async function startChaosConsumer(input) {
       store,
       concurrency: plan.consumer.concurrency,
       maxAttempts: plan.consumer.maxAttempts,
+      idStrategy,
       backoff: plan.consumer.backoff,
       handlerTimeoutMs: plan.consumer.handlerTimeoutMs,
       leaseRenewal: plan.consumer.leaseRenewal,
@@ -172,6 +174,11 @@ export async function startChaosConsumer(input) {
         const order = /** @type {{ orderId?: unknown, amountCents?: unknown }} */ (message.body);
         if (typeof order?.orderId !== 'string' || typeof order.amountCents !== 'number') {
           throw new Error(`message ${message.id} is not an order`);
+        }
+        // A planned failure of a first attempt: the message takes a delayed retry.
+        if (ctx.attempt === 1 && random() < (plan.faults.failFirstRate ?? 0)) {
+          count('plannedFailures');
+          throw new Error(`planned failure of ${message.id}`);
         }
         const paymentId = await statements.insert(ctx.tx, [order.orderId, order.amountCents, plan.label]);
         // At a rate of 0.3 % a small run may draw no stall at all; the 20th run of every

@@ -9,6 +9,16 @@
  * end, counted from rows: every order has exactly one payment and exactly one receipt
  * (lost 0, doubled 0). With `defect: 'direct-publish'` consumer A sends the event to SQS
  * from the handler instead of through the outbox, and the same check must fail.
+ *
+ * With `failingDestination`, consumer A also publishes an audit event for every
+ * `every`-th order (keyed, a few keys) to an audit exchange on RabbitMQ (the relay sends
+ * those with the RabbitMQ producer, the rest to SQS), and keys the "payment made" events
+ * by customer; consumer C (one process, never killed) applies the audits from a queue
+ * bound to that exchange. At a quarter of the way the runner deletes the exchange for
+ * `outageMs` (its queue and the messages in it stay) and SIGKILLs `relayKills` relays
+ * during that stretch, then declares and binds it again. Measured: the healthy keys'
+ * receipts kept coming during the outage, the audit rows waited (pending, retried), and in
+ * the end every audit was applied once as well.
  */
 import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -41,6 +51,8 @@ const ROLES = /** @type {const} */ (['payments', 'relay', 'receipts']);
  * @property {ReadonlyArray<'payments' | 'relay' | 'receipts'>} [killRoles] roles the kills pick from @default all
  * @property {number} [timeoutMs] give up waiting for the chain to drain @default 240000
  * @property {string} [logDir] child logs (a temp dir removed when the run passes)
+ * @property {{ every?: number, keys?: number, outageMs?: number, relayKills?: number, atFraction?: number }} [failingDestination]
+ *   the audit destination that fails for a stretch (see above) @default none
  * @property {string} [databaseUrl]
  * @property {string} [rabbitUrl]
  */
@@ -91,6 +103,20 @@ export async function runOutboxChaos(options = {}) {
   await admin.query(
     `CREATE TABLE "${schema}".receipts (order_id text NOT NULL, at timestamptz DEFAULT clock_timestamp())`,
   );
+  await admin.query(
+    `CREATE TABLE "${schema}".audits (order_id text NOT NULL, at timestamptz DEFAULT clock_timestamp())`,
+  );
+  const failing = options.failingDestination
+    ? {
+        every: options.failingDestination.every ?? 5,
+        keys: options.failingDestination.keys ?? 3,
+        outageMs: options.failingDestination.outageMs ?? 6000,
+        relayKills: options.failingDestination.relayKills ?? 2,
+        atFraction: options.failingDestination.atFraction ?? 0.25,
+      }
+    : undefined;
+  const audited = (n) => failing !== undefined && n % failing.every === 0;
+  const expectedAudits = failing ? Math.ceil(orders / failing.every) : 0;
 
   // SQS on fauxqs, in this process (it outlives every child).
   const fauxqs = await startFauxqs({ port: 0, logger: false });
@@ -101,6 +127,9 @@ export async function runOutboxChaos(options = {}) {
       new CreateQueueCommand({ QueueName: receiptsQueue, Attributes: { VisibilityTimeout: '5' } }),
     )
   ).QueueUrl;
+
+  const auditExchange = `oncely-outbox-chaos-audit-${runId}`;
+  const auditQueue = `oncely-outbox-chaos-audits-${runId}`;
 
   // RabbitMQ: the orders queue (the consumer declares its topology; the runner publishes).
   const ordersQueue = `oncely-outbox-chaos-${runId}`;
@@ -115,6 +144,9 @@ export async function runOutboxChaos(options = {}) {
     defect: options.defect,
     rabbit: { url: rabbitUrl, queue: ordersQueue },
     sqs: { endpoint: fauxqs.address, queueUrl, region: REGION, credentials: CREDENTIALS },
+    ...(failing
+      ? { audit: { exchange: auditExchange, queue: auditQueue, every: failing.every, keys: failing.keys } }
+      : {}),
     maxLifetimeMs: timeoutMs + 120_000,
   };
 
@@ -124,13 +156,14 @@ export async function runOutboxChaos(options = {}) {
   const byRole = {
     payments: { received: 0, duplicate: 0 },
     receipts: { received: 0, duplicate: 0 },
+    audits: { received: 0, duplicate: 0 },
     relay: { sent: 0 },
   };
   let unexpectedExits = 0;
   let spawned = 0;
   const killsBy = { payments: 0, relay: 0, receipts: 0 };
 
-  /** @param {'payments' | 'relay' | 'receipts'} role */
+  /** @param {'payments' | 'relay' | 'receipts' | 'audits'} role */
   async function spawnChild(role) {
     const label = `${role}-${++spawned}`;
     const log = openSync(join(logDir, `${label}.log`), 'a');
@@ -139,12 +172,21 @@ export async function runOutboxChaos(options = {}) {
       env: { ...process.env, ONCELY_OUTBOX_CHILD: JSON.stringify({ ...childBase, role }) },
       stdio: ['ignore', log, log, 'ipc'],
     });
-    const entry = { role, child, killed: false, counts: { received: 0, duplicate: 0, sent: 0 } };
+    const entry = {
+      role,
+      child,
+      killed: false,
+      ready: false,
+      counts: { received: 0, duplicate: 0, sent: 0 },
+    };
     live.set(label, entry);
     const ready = new Promise((resolve, reject) => {
       child.on('message', (message) => {
-        if (message.type === 'ready') resolve(undefined);
-        else if (message.type === 'events') entry.counts = message.counts;
+        if (message.type === 'ready') {
+          // Only a ready process is killed: one killed while it starts would fail its start.
+          entry.ready = true;
+          resolve(undefined);
+        } else if (message.type === 'events') entry.counts = message.counts;
         else if (message.type === 'error') reject(new Error(`${label}: ${message.message}`));
       });
       child.once('exit', (code, signal) => {
@@ -173,11 +215,88 @@ export async function runOutboxChaos(options = {}) {
   const progress = async () =>
     (await count(`SELECT count(*) AS n FROM "${schema}".payments`)) +
     (await count(`SELECT count(*) AS n FROM "${schema}".receipts`));
+  const auditRows = (status) =>
+    count(
+      `SELECT count(*) AS n FROM "${schema}".outbox WHERE destination = '${auditExchange}' AND status = '${status}'`,
+    );
+
+  /**
+   * SIGKILLs a live process of `role` (one not already being killed); resolves with the
+   * start of its replacement (300 ms later), or undefined when none was live.
+   */
+  function killOne(role, why) {
+    const candidates = [...live.entries()].filter(([, e]) => e.role === role && e.ready && !e.killed);
+    if (candidates.length === 0) return undefined;
+    const [label, entry] = candidates[Math.floor(random() * candidates.length)];
+    entry.killed = true;
+    entry.child.kill('SIGKILL');
+    note(`SIGKILL ${label}${why}`);
+    return sleep(300).then(() => spawnChild(role));
+  }
+
+  /**
+   * @type {{ ms: number, relayKills: number, receiptsDuring: number, auditPendingAtEnd: number,
+   *   auditFailedAtEnd: number, auditSentDuring: number, auditMaxAttempts?: number,
+   *   operatorRetried?: number } | undefined}
+   */
+  let outage;
+  // The audit topology on a channel of its own: a failed call closes only that one, not
+  // the channel the orders are published on.
+  const topology = await connection.createChannel();
+  topology.on('error', () => {});
+  const declareAuditExchange = async () => {
+    await topology.assertExchange(auditExchange, 'direct', { durable: true });
+    await topology.bindQueue(auditQueue, auditExchange, 'audit');
+  };
+  // The failing destination: the audit exchange deleted for a stretch, relays killed in it.
+  async function runOutage() {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline && (await progress()) < failing.atFraction * orders * 2) await sleep(50);
+    await topology.deleteExchange(auditExchange);
+    const startedAt = Date.now();
+    note('audit exchange deleted');
+    // Counted once the exchange is gone: a row sent during the stretch was one published
+    // before and confirmed after the deletion.
+    const receiptsBefore = await count(`SELECT count(*) AS n FROM "${schema}".receipts`);
+    const auditSentBefore = await auditRows('sent');
+    // Kills at even points of the stretch; the replacements start in the background, so a
+    // slow start (a loaded machine) does not stretch the outage.
+    const replacements = [];
+    for (let k = 1; k <= failing.relayKills; k++) {
+      await sleep(Math.max(0, startedAt + (k * failing.outageMs) / (failing.relayKills + 1) - Date.now()));
+      const replacement = killOne('relay', ' (audit exchange missing)');
+      if (replacement) replacements.push(replacement);
+    }
+    const relayKills = replacements.length;
+    await sleep(Math.max(0, startedAt + failing.outageMs - Date.now()));
+    const receiptsDuring = (await count(`SELECT count(*) AS n FROM "${schema}".receipts`)) - receiptsBefore;
+    const auditPendingAtEnd = await auditRows('pending');
+    const auditFailedAtEnd = await auditRows('failed');
+    const auditSentDuring = (await auditRows('sent')) - auditSentBefore;
+    await declareAuditExchange();
+    const endedAt = Date.now();
+    note('audit exchange declared again');
+    await Promise.all(replacements);
+    outage = {
+      ms: endedAt - startedAt,
+      relayKills,
+      receiptsDuring,
+      auditPendingAtEnd,
+      auditFailedAtEnd,
+      auditSentDuring,
+    };
+  }
 
   let result;
   try {
+    if (failing) {
+      // Consumer C declares its queue; the exchange is bound to it once it exists.
+      await spawnChild('audits');
+      await declareAuditExchange();
+    }
     for (const role of ROLES) for (let i = 0; i < perRole; i++) await spawnChild(role);
     note('processes ready');
+    const outageDone = failing ? runOutage() : Promise.resolve();
 
     // The orders: published with confirms while the chain runs, each with its ID as
     // properties.messageId (consumer A's default ID strategy).
@@ -202,7 +321,9 @@ export async function runOutboxChaos(options = {}) {
         await sleep(50);
         continue;
       }
-      const candidates = [...live.entries()].filter(([, e]) => killRoles.includes(e.role) && !e.killed);
+      const candidates = [...live.entries()].filter(
+        ([, e]) => killRoles.includes(e.role) && e.ready && !e.killed,
+      );
       if (candidates.length === 0) {
         await sleep(50);
         continue;
@@ -218,21 +339,45 @@ export async function runOutboxChaos(options = {}) {
       await spawnChild(role);
     }
     await publishing;
+    await outageDone;
 
     // Drained: every order paid and receipted (or stuck for good), the outbox empty,
     // nothing left on either broker, twice in a row a second apart.
     let quiet = 0;
     let drained = false;
+    // What an operator does once the destination is back (`oncely outbox --retry`): rows
+    // dead-lettered during the outage (their maxAttempts ran out, which a loaded machine
+    // can stretch it to) are sent again with their IDs.
+    const operator = failing
+      ? new PostgresStore({ connectionString: databaseUrl, schema, poolMax: 1 })
+      : undefined;
+    let operatorRetried = 0;
     while (Date.now() < deadline) {
+      if (operator && (await auditRows('failed')) > 0) {
+        const retried = await operator.outbox.retry();
+        operatorRetried += retried.length;
+        note(`${retried.length} dead-lettered audit rows sent again (outbox.retry())`);
+      }
       const paid = await count(`SELECT count(DISTINCT order_id) AS n FROM "${schema}".payments`);
       const receipted = await count(`SELECT count(DISTINCT order_id) AS n FROM "${schema}".receipts`);
       const pending = await count(`SELECT count(*) AS n FROM "${schema}".outbox WHERE status = 'pending'`);
-      const onRabbit = (await channel.checkQueue(ordersQueue)).messageCount;
-      const inspected = fauxqs.inspectQueue(receiptsQueue)?.messages;
-      const onSqs = inspected
-        ? inspected.ready.length + inspected.delayed.length + inspected.inflight.length
-        : 0;
-      if (paid === orders && receipted === orders && pending === 0 && onRabbit === 0 && onSqs === 0) {
+      const onRabbit =
+        (await channel.checkQueue(ordersQueue)).messageCount +
+        (failing ? (await topology.checkQueue(auditQueue)).messageCount : 0);
+      const onQueue = (name) => {
+        const inspected = fauxqs.inspectQueue(name)?.messages;
+        return inspected ? inspected.ready.length + inspected.delayed.length + inspected.inflight.length : 0;
+      };
+      const onSqs = onQueue(receiptsQueue);
+      const auditsDone = await count(`SELECT count(DISTINCT order_id) AS n FROM "${schema}".audits`);
+      if (
+        paid === orders &&
+        receipted === orders &&
+        auditsDone === expectedAudits &&
+        pending === 0 &&
+        onRabbit === 0 &&
+        onSqs === 0
+      ) {
         if (++quiet >= 2) {
           drained = true;
           break;
@@ -241,6 +386,8 @@ export async function runOutboxChaos(options = {}) {
       await sleep(1000);
     }
     note(drained ? 'drained' : 'did not drain before the deadline');
+    await operator?.close();
+    if (outage) outage.operatorRetried = operatorRetried;
 
     // Graceful stop of what is left, then the count.
     await Promise.all(
@@ -262,20 +409,34 @@ export async function runOutboxChaos(options = {}) {
     };
     const payments = await perOrder('payments');
     const receipts = await perOrder('receipts');
+    const audits = await perOrder('audits');
     const lostIds = [];
     const doubledIds = [];
     for (let i = 0; i < orders; i++) {
       const id = `order-${i}`;
       const p = payments.get(id) ?? 0;
       const r = receipts.get(id) ?? 0;
-      if (p === 0 || r === 0) lostIds.push(id);
-      if (p > 1 || r > 1) doubledIds.push(id);
+      const a = audits.get(id) ?? 0;
+      if (p === 0 || r === 0 || (audited(i) && a === 0)) lostIds.push(id);
+      if (p > 1 || r > 1 || a > 1) doubledIds.push(id);
     }
-    const strangers = [...payments.keys(), ...receipts.keys()].filter((id) => !/^order-\d+$/.test(id));
+    // Rows for no order, and audits of orders that publish none: doubled effects too.
+    const strangers = [
+      ...[...payments.keys(), ...receipts.keys(), ...audits.keys()].filter((id) => !/^order-\d+$/.test(id)),
+      ...[...audits.keys()].filter(
+        (id) => /^order-\d+$/.test(id) && !audited(Number(id.slice('order-'.length))),
+      ),
+    ];
     const { rows: statuses } = await admin.query(
       `SELECT status, count(*)::int AS n FROM "${schema}".outbox GROUP BY status`,
     );
     const outbox = Object.fromEntries(statuses.map((row) => [row.status, row.n]));
+    if (outage) {
+      // How often the audit rows were tried: more than once means they failed and waited.
+      outage.auditMaxAttempts = await count(
+        `SELECT coalesce(max(attempts), 0) AS n FROM "${schema}".outbox WHERE destination = '${auditExchange}'`,
+      );
+    }
     result = {
       broker: options.defect
         ? `rabbitmq → outbox → sqs (defect: ${options.defect})`
@@ -285,6 +446,8 @@ export async function runOutboxChaos(options = {}) {
       killsBy,
       paymentRows: [...payments.values()].reduce((a, b) => a + b, 0),
       receiptRows: [...receipts.values()].reduce((a, b) => a + b, 0),
+      auditRows: [...audits.values()].reduce((a, b) => a + b, 0),
+      outage,
       lost: lostIds.length,
       doubled: doubledIds.length + strangers.length,
       lostIds: lostIds.slice(0, 20),
@@ -305,8 +468,11 @@ export async function runOutboxChaos(options = {}) {
     for (const entry of live.values()) entry.child.kill('SIGKILL');
     const ch = await connection.createChannel().catch(() => undefined);
     if (ch) {
-      for (const name of [ordersQueue, `${ordersQueue}.dlq`]) await ch.deleteQueue(name).catch(() => {});
-      await ch.deleteExchange(`${ordersQueue}.dlx`).catch(() => {});
+      for (const queue of [ordersQueue, auditQueue]) {
+        for (const name of [queue, `${queue}.dlq`]) await ch.deleteQueue(name).catch(() => {});
+        await ch.deleteExchange(`${queue}.dlx`).catch(() => {});
+      }
+      await ch.deleteExchange(auditExchange).catch(() => {});
       await ch.close().catch(() => {});
     }
     await connection.close().catch(() => {});

@@ -8,6 +8,11 @@
  *   instead, with a fresh ID per send, as a plain SDK call does.
  * - `relay`: the outbox relay, sending rows to SQS (fauxqs, in the runner).
  * - `receipts`: consumer B on SQS. Writes a receipt row.
+ * - `audits` (with `audit`, the failing destination): consumer C on the audit RabbitMQ
+ *   queue. Writes an audit row. With `audit`, consumer A also publishes an audit event for
+ *   every `audit.every`-th order (keyed `audit-<n mod audit.keys>`) to the audit exchange,
+ *   which the relay sends with the RabbitMQ producer, and keys its "payment made" events
+ *   by customer (`customer-<n mod 32>`), so healthy keys flow beside failing ones.
  *
  * IPC: runner → child `{ type: 'stop' }` (graceful stop, exit 0); child → runner
  * `ready`, `events` (counts of received/duplicate/sent), `error`. The runner ends it with
@@ -17,6 +22,7 @@ import { randomUUID } from 'node:crypto';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { createConsumer } from '@oncely/core';
 import { createRelay, PostgresStore } from '@oncely/postgres';
+import { createRabbitMqProducer } from '@oncely/rabbitmq';
 import { createSqsProducer, sendMessage } from '@oncely/sqs';
 
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
@@ -48,7 +54,8 @@ async function main() {
   if (!raw)
     throw new Error('ONCELY_OUTBOX_CHILD is not set: this script is started by the outbox chaos runner');
   /**
-   * @type {{ role: 'payments' | 'relay' | 'receipts', defect?: string, schema: string,
+   * @type {{ role: 'payments' | 'relay' | 'receipts' | 'audits', defect?: string, schema: string,
+   *   audit?: { exchange: string, queue: string, every: number, keys: number },
    *   connectionString: string, rabbit: { url: string, queue: string },
    *   sqs: { endpoint: string, queueUrl: string, region: string, credentials: { accessKeyId: string, secretAccessKey: string } },
    *   maxLifetimeMs: number }}
@@ -76,9 +83,16 @@ async function main() {
   /** @type {() => Promise<void>} */
   let stopWork;
   if (config.role === 'relay') {
+    const toSqs = createSqsProducer({ client: sqs });
+    const toRabbit = config.audit
+      ? createRabbitMqProducer({
+          url: config.rabbit.url,
+          target: (message) => ({ exchange: message.destination, routingKey: 'audit' }),
+        })
+      : undefined;
     const relay = createRelay({
       store,
-      producers: createSqsProducer({ client: sqs }),
+      producers: config.audit && toRabbit ? { [config.audit.exchange]: toRabbit, '*': toSqs } : toSqs,
       batchSize: 100,
       pollIntervalMs: 500,
       backoff: { initialMs: 200, maxMs: 2000 },
@@ -86,14 +100,23 @@ async function main() {
     });
     relay.on('sent', () => counts.sent++);
     await relay.start();
-    stopWork = () => relay.stop();
+    stopWork = async () => {
+      await relay.stop();
+      await toRabbit?.close();
+    };
   } else {
     const payments = config.role === 'payments';
-    const table = `"${config.schema}".${payments ? 'payments' : 'receipts'}`;
+    const table = `"${config.schema}".${config.role}`;
+    const onRabbit = payments || config.role === 'audits';
     const consumer = await createConsumer({
       name: config.role,
-      broker: payments
-        ? { type: 'rabbitmq', url: config.rabbit.url, queue: config.rabbit.queue, queueType: 'classic' }
+      broker: onRabbit
+        ? {
+            type: 'rabbitmq',
+            url: config.rabbit.url,
+            queue: payments ? config.rabbit.queue : (config.audit?.queue ?? ''),
+            queueType: 'classic',
+          }
         : {
             type: 'sqs',
             queueUrl: config.sqs.queueUrl,
@@ -114,6 +137,12 @@ async function main() {
         if (config.defect === 'direct-publish') {
           // The dual write: the event leaves before the commit, with an ID of its own.
           await sendMessage(sqs, { queueUrl: config.sqs.queueUrl, id: randomUUID(), body: { orderId } });
+        } else if (config.audit) {
+          const n = Number(orderId.slice('order-'.length));
+          await ctx.publish(config.sqs.queueUrl, { orderId }, { key: `customer-${n % 32}` });
+          if (n % config.audit.every === 0) {
+            await ctx.publish(config.audit.exchange, { orderId }, { key: `audit-${n % config.audit.keys}` });
+          }
         } else {
           await ctx.publish(config.sqs.queueUrl, { orderId });
         }

@@ -195,11 +195,44 @@ export class MessageEntity {
     return true;
   }
 
+  /**
+   * Batch delete (`com.microsoft:batch-delete-messages`): removes up to `count` messages
+   * enqueued before `before`, oldest first, and returns how many. As on the service, locked
+   * messages are not eligible; deferred ones are. Scheduled messages are not enqueued yet
+   * (cancel-scheduled-message removes those). `sessionId` limits it to one session; without
+   * it, the messages of sessions another receiver holds are locked too.
+   * The cutoff is inclusive: AMQP timestamps count milliseconds, and a purge "up to now"
+   * must take the message enqueued in the same millisecond as its request.
+   */
+  deleteOldest(count: number, before: number, sessionId?: string): number {
+    const eligible: StoredMessage[] = [];
+    for (const stored of this.messages.values()) {
+      if (stored.lock || stored.state === 'scheduled' || stored.enqueuedAt > before) continue;
+      if (sessionId !== undefined && stored.sessionId !== sessionId) continue;
+      // A held session lock covers every message of the session, received or not: a
+      // request from outside the session (no session-id) leaves them to their holder.
+      if (
+        sessionId === undefined &&
+        stored.sessionId !== undefined &&
+        this.sessions.get(stored.sessionId)?.holder
+      )
+        continue;
+      eligible.push(stored);
+    }
+    eligible.sort((a, b) => a.enqueuedAt - b.enqueuedAt || a.seq - b.seq);
+    const doomed = eligible.slice(0, count);
+    for (const stored of doomed) this.remove(stored);
+    return doomed.length;
+  }
+
   /** Puts an unlocked, active message in its ready heap and wakes the pump. */
   private makeAvailable(stored: StoredMessage): void {
     if (stored.state !== 'active' || stored.lock || stored.queued) return;
     if (this.expireIfDue(stored)) return;
-    const key = stored.sessionId ?? '';
+    // Only a session entity serves by session. A message that carries a SessionId on an
+    // entity without sessions (the dead-letter sub-queue of a session queue, a plain queue
+    // given one) is for any receiver, as on Service Bus.
+    const key = this.settings.requiresSession ? (stored.sessionId ?? '') : '';
     let heap = this.ready.get(key);
     if (!heap) {
       heap = new SeqHeap();

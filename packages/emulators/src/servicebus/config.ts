@@ -54,13 +54,19 @@ export interface CorrelationFilter {
   Properties?: Record<string, string | number | boolean>;
 }
 
-/** A subscription rule. Only correlation filters and the always-true SQL filter `1=1` are emulated. */
+/**
+ * A subscription rule: a SQL or correlation filter and an optional SQL action
+ * (`SET prop = expr; REMOVE prop`), as in the official emulator's `Config.json`.
+ */
 export interface RuleConfig {
   Name: string;
   Properties: {
     FilterType: 'Correlation' | 'Sql';
     CorrelationFilter?: CorrelationFilter;
+    /** The SQL-92 subset of Service Bus filters, e.g. `color = 'blue' AND quantity > 10`. */
     SqlFilter?: { SqlExpression: string };
+    /** Applied to the subscription's copy of a matching message, e.g. `SET sys.Label = 'big'`. */
+    Action?: { SqlExpression: string };
   };
 }
 
@@ -72,7 +78,7 @@ export interface QueueConfig {
 export interface SubscriptionConfig {
   Name: string;
   Properties?: QueueProperties;
-  /** No rules means the `$Default` rule: every message matches. */
+  /** No rules (or none given) means the `$Default` rule: every message matches. */
   Rules?: RuleConfig[];
 }
 

@@ -15,10 +15,6 @@ export type {
 export { MAX_LOCK_DURATION_MS, parseDuration, queueSettings } from './config.js';
 export type { AmqpMessage } from './MessageEntity.js';
 export { MAX_DELIVERY_COUNT_EXCEEDED, TTL_EXPIRED } from './MessageEntity.js';
+export { BATCH_MESSAGE_FORMAT, CONDITIONS } from './model.js';
 export type { EntitySnapshot, ServiceBusEmulatorOptions } from './ServiceBusEmulator.js';
-export {
-  BATCH_MESSAGE_FORMAT,
-  CONDITIONS,
-  ServiceBusEmulator,
-  startServiceBusEmulator,
-} from './ServiceBusEmulator.js';
+export { ServiceBusEmulator, startServiceBusEmulator } from './ServiceBusEmulator.js';

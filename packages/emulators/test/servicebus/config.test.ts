@@ -26,7 +26,7 @@ describe('Config.json properties', () => {
     expect(() => queueSettings({ MaxDeliveryCount: 0 }, 'orders')).toThrow(/MaxDeliveryCount/);
   });
 
-  it('refuses a second namespace, a duplicate entity and SQL filters it cannot evaluate', () => {
+  it('refuses a second namespace, a duplicate entity and a SQL filter that does not parse', () => {
     expect(() => new ServiceBusEmulator({ config: { Namespaces: [{ Name: 'a' }, { Name: 'b' }] } })).toThrow(
       /one namespace/,
     );
@@ -38,8 +38,11 @@ describe('Config.json properties', () => {
     emulator.createTopic('t');
     expect(() =>
       emulator.createSubscription('t', 's', {}, [
-        { Name: 'sql', Properties: { FilterType: 'Sql', SqlFilter: { SqlExpression: "color = 'red'" } } },
+        { Name: 'sql', Properties: { FilterType: 'Sql', SqlFilter: { SqlExpression: "color = = 'red'" } } },
       ]),
-    ).toThrow(/only correlation filters/);
+    ).toThrow(/rule sql: expected a value, found '='/);
+    emulator.createSubscription('t', 's', {}, [
+      { Name: 'sql', Properties: { FilterType: 'Sql', SqlFilter: { SqlExpression: "color = 'red'" } } },
+    ]);
   });
 });

@@ -24,6 +24,8 @@ const consumer = createKafkaConsumer({
     maxWaitTimeInMs: 200,
     rebalanceTimeout: 20_000,
     commitIntervalMs: plan.commitIntervalMs,
+    // The client library under test (ONCELY_KAFKA_CLIENT, as in support/harness.ts).
+    ...(process.env.ONCELY_KAFKA_CLIENT ? { client: process.env.ONCELY_KAFKA_CLIENT } : {}),
   },
   store,
   mode: plan.mode,

@@ -39,6 +39,20 @@ export function kafkaFeatures(proxy: boolean): AdapterFeatures {
 }
 
 /**
+ * The client library the adapter under test runs on: ONCELY_KAFKA_CLIENT
+ * ('kafkajs' | 'platformatic'), else the adapter's default. `@platformatic/kafka` needs
+ * Node >= 22.22: run the file under `npx -p node@22` (packages/kafka/README.md).
+ */
+export function clientUnderTest(): { client?: 'kafkajs' | 'platformatic' } {
+  const client = process.env.ONCELY_KAFKA_CLIENT;
+  if (client === undefined || client === '') return {};
+  if (client !== 'kafkajs' && client !== 'platformatic') {
+    throw new Error(`ONCELY_KAFKA_CLIENT must be 'kafkajs' or 'platformatic', got '${client}'`);
+  }
+  return { client };
+}
+
+/**
  * `brokers`: the direct listener. `proxy`: when given, consumers bootstrap through it
  * (so `disconnect()` can cut them); the harness's own clients stay direct.
  */
@@ -103,6 +117,7 @@ export function kafkaHarness(options: { brokers: string[]; proxy?: TcpProxy }): 
           fromBeginning: true,
           maxWaitTimeInMs: 200,
           rebalanceTimeout: 30_000,
+          ...clientUnderTest(),
           ...overrides,
         }),
         deadLetters: async () => (await reader.list()).map((d) => ({ id: d.id, reason: d.reason })),

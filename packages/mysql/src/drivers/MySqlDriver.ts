@@ -12,6 +12,13 @@ export interface RawConnection {
    * (a caller's own transaction client).
    */
   inTransaction(): boolean | undefined;
+  /**
+   * Runs `text` on this connection once its transaction has ended (committed or rolled
+   * back), before the connection is pooled again: releasing a session-scoped `GET_LOCK`
+   * that must outlive the commit. Absent where the store does not end the transaction
+   * itself (a caller's own transaction).
+   */
+  runAfterTransaction?(text: string, params: readonly unknown[]): void;
 }
 
 /**

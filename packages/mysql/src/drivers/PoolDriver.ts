@@ -1,6 +1,7 @@
 import type { Logger, SqlResult } from '@oncely/core';
 import { ConfigError, StoreUnavailableError } from '@oncely/core';
 import { classifyMySqlError, markFromStoreConnection } from '../classifyError.js';
+import { DeadlineQueue } from './DeadlineQueue.js';
 import type { MySqlDriver, RawConnection } from './MySqlDriver.js';
 import { describeError, redactUrl, toSqlResult } from './MySqlDriver.js';
 
@@ -52,6 +53,8 @@ export interface PoolSettings {
   lockWaitTimeoutSeconds: number;
   /** Longest wait for one statement's answer, in ms (0: none); past it the connection is destroyed. */
   queryTimeoutMs: number;
+  /** Longest wait for a pooled connection, in ms; past it the store is unavailable. */
+  poolWaitTimeoutMs: number;
 }
 
 /** SERVER_STATUS_IN_TRANS: the server reports an open transaction on this session. */
@@ -78,6 +81,10 @@ export class PoolDriver implements MySqlDriver {
   private poolPromise: Promise<MySqlPoolLike> | undefined;
   private readonly ownsPool: boolean;
   private readonly staleConnectionAttempts: number;
+  /** The bound of every checkout's wait for a pooled connection (poolWaitTimeoutMs). */
+  private readonly poolWaits: DeadlineQueue;
+  /** The bound of every statement's answer (queryTimeoutMs); none when 0. */
+  private readonly statementWaits: DeadlineQueue | undefined;
 
   constructor(
     private readonly source: PoolSource,
@@ -87,6 +94,9 @@ export class PoolDriver implements MySqlDriver {
     this.ownsPool = !('pool' in source);
     this.staleConnectionAttempts = ('poolMax' in source ? source.poolMax : DEFAULT_STALE_ATTEMPTS) + 1;
     if ('pool' in source) this.poolPromise = Promise.resolve(source.pool);
+    this.poolWaits = new DeadlineQueue(settings.poolWaitTimeoutMs);
+    this.statementWaits =
+      settings.queryTimeoutMs > 0 ? new DeadlineQueue(settings.queryTimeoutMs) : undefined;
   }
 
   async transaction<T>(_operation: string, work: (connection: RawConnection) => Promise<T>): Promise<T> {
@@ -119,7 +129,10 @@ export class PoolDriver implements MySqlDriver {
       }
       throw error;
     } finally {
-      session.release(rollbackFailed);
+      // A session lock held past the commit (see runAfterTransaction) is released before the
+      // connection is pooled; if that fails the connection is destroyed, which releases it.
+      const releasedLocks = rollbackFailed ? false : await session.afterTransaction();
+      session.release(rollbackFailed || !releasedLocks);
     }
   }
 
@@ -165,7 +178,7 @@ export class PoolDriver implements MySqlDriver {
   private async checkout(first: string, params?: readonly unknown[]): Promise<Session> {
     for (let attempt = 1; ; attempt++) {
       const connection = await this.connect();
-      const session = new Session(connection, this.settings.queryTimeoutMs);
+      const session = new Session(connection, this.statementWaits);
       try {
         await this.setUpSession(session, connection);
         session.first = await session.query(first, params);
@@ -199,14 +212,46 @@ export class PoolDriver implements MySqlDriver {
   private async connect(): Promise<MySqlPoolConnectionLike> {
     const pool = await this.pool();
     try {
-      return await pool.getConnection();
+      return await this.boundedGetConnection(pool);
     } catch (error) {
+      if (error instanceof StoreUnavailableError) throw error;
       markFromStoreConnection(error);
       const at = 'url' in this.source ? ` at ${redactUrl(this.source.url)}` : '';
       throw new StoreUnavailableError(`cannot connect to MySQL${at}: ${describeError(error)}`, {
         cause: error,
       });
     }
+  }
+
+  /**
+   * `pool.getConnection()` within `poolWaitTimeoutMs`: mysql2 queues the request without
+   * limit while every connection is in use. A connection that arrives after the wait gave
+   * up is released at once, so the pool loses nothing.
+   */
+  private boundedGetConnection(pool: MySqlPoolLike): Promise<MySqlPoolConnectionLike> {
+    const waits = this.poolWaits;
+    return new Promise<MySqlPoolConnectionLike>((resolve, reject) => {
+      let gaveUp = false;
+      const deadline = waits.add(() => {
+        gaveUp = true;
+        reject(
+          new StoreUnavailableError(
+            `no MySQL connection free within ${waits.ms} ms (poolWaitTimeoutMs): the pool is exhausted or the server does not answer`,
+          ),
+        );
+      });
+      pool.getConnection().then(
+        (connection) => {
+          waits.remove(deadline);
+          if (gaveUp) connection.release();
+          else resolve(connection);
+        },
+        (error: unknown) => {
+          waits.remove(deadline);
+          if (!gaveUp) reject(error);
+        },
+      );
+    });
   }
 
   private pool(): Promise<MySqlPoolLike> {
@@ -267,11 +312,31 @@ class Session implements RawConnection {
 
   constructor(
     private readonly connection: MySqlPoolConnectionLike,
-    private readonly queryTimeoutMs: number,
+    /** The driver's shared statement bound (queryTimeoutMs); undefined when there is none. */
+    private readonly statementWaits: DeadlineQueue | undefined,
   ) {
     this.core = connection.connection;
     this.core?.on('error', this.onError);
     this.core?.on('end', this.onEnd);
+  }
+
+  /** Statements to run once the transaction has ended; see {@link RawConnection.runAfterTransaction}. */
+  private readonly afterEnd: Array<{ text: string; params: readonly unknown[] }> = [];
+
+  runAfterTransaction(text: string, params: readonly unknown[]): void {
+    this.afterEnd.push({ text, params });
+  }
+
+  /** Runs what {@link runAfterTransaction} queued; false when one failed (destroy the connection). */
+  async afterTransaction(): Promise<boolean> {
+    if (this.afterEnd.length === 0) return true;
+    if (this.lost !== undefined) return false;
+    try {
+      for (const { text, params } of this.afterEnd.splice(0)) await this.query(text, params);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   inTransaction(): boolean | undefined {
@@ -290,23 +355,24 @@ class Session implements RawConnection {
         throw error;
       },
     );
-    if (this.queryTimeoutMs <= 0) return answer;
+    const waits = this.statementWaits;
+    if (!waits) return answer;
     return new Promise<SqlResult<R>>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const deadline = waits.add(() => {
         const error = new StoreUnavailableError(
-          `MySQL did not answer within ${this.queryTimeoutMs} ms (queryTimeoutMs): connection destroyed`,
+          `MySQL did not answer within ${waits.ms} ms (queryTimeoutMs): connection destroyed`,
         );
         this.lost ??= error;
         this.release(true);
         reject(error);
-      }, this.queryTimeoutMs);
+      });
       answer.then(
         (value) => {
-          clearTimeout(timer);
+          waits.remove(deadline);
           resolve(value);
         },
         (error: unknown) => {
-          clearTimeout(timer);
+          waits.remove(deadline);
           reject(error);
         },
       );

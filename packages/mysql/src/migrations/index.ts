@@ -1,4 +1,6 @@
 import { statements as init } from './0001_init.js';
+import { statements as httpKeys } from './0002_http_idempotency_keys.js';
+import { statements as deadLetterDiscards } from './0003_dead_letter_discards.js';
 
 /** One forward-only migration. */
 export interface MySqlMigration {
@@ -10,7 +12,11 @@ export interface MySqlMigration {
 }
 
 /** Every migration this package ships, in order (TypeScript modules, so they ship inside `dist`). */
-export const MIGRATIONS: readonly MySqlMigration[] = [{ version: 1, name: '0001_init', statements: init }];
+export const MIGRATIONS: readonly MySqlMigration[] = [
+  { version: 1, name: '0001_init', statements: init },
+  { version: 2, name: '0002_http_idempotency_keys', statements: httpKeys },
+  { version: 3, name: '0003_dead_letter_discards', statements: deadLetterDiscards },
+];
 
 /**
  * The schema version this package works with: the number of its newest migration.

@@ -2,6 +2,9 @@ import { statements as init } from './0001_init.js';
 import { statements as payloadFingerprint } from './0002_payload_fingerprint.js';
 import { statements as outbox } from './0003_outbox.js';
 import { statements as attemptRun } from './0004_attempt_run.js';
+import { statements as outboxKeyOrder } from './0005_outbox_key_order.js';
+import { statements as deadLetterDiscards } from './0006_dead_letter_discards.js';
+import { statements as outboxFailingKeys } from './0007_outbox_failing_keys.js';
 
 /** One forward-only migration. */
 export interface Migration {
@@ -21,6 +24,9 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 2, name: '0002_payload_fingerprint', statements: payloadFingerprint },
   { version: 3, name: '0003_outbox', statements: outbox },
   { version: 4, name: '0004_attempt_run', statements: attemptRun },
+  { version: 5, name: '0005_outbox_key_order', statements: outboxKeyOrder },
+  { version: 6, name: '0006_dead_letter_discards', statements: deadLetterDiscards },
+  { version: 7, name: '0007_outbox_failing_keys', statements: outboxFailingKeys },
 ];
 
 /**

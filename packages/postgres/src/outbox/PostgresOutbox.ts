@@ -1,5 +1,6 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { OutboxStore, OutboxWrite, SqlClient } from '@oncely/core';
-import { ConfigError, encodeOutboxBody } from '@oncely/core';
+import { ConfigError, checkOutboxWrite, encodeOutboxBody, OutboxIdConflictError } from '@oncely/core';
 import type { OutboxQueries } from './outboxQueries.js';
 import { buildOutboxQueries } from './outboxQueries.js';
 
@@ -71,7 +72,11 @@ export class PostgresOutbox implements OutboxStore<SqlClient> {
   }
 
   /**
-   * Writes one row in `tx`. The same `id` twice writes one row (the first).
+   * Writes one row in `tx`. The same message twice under one `id` writes one row (the
+   * first); another message (destination, key, body or attributes) under an `id` already
+   * written raises `OutboxIdConflictError` rather than being dropped. The same input checks
+   * as `ctx.publish` run first (`ConfigError`: empty or non-string destination, id or key,
+   * a NUL character, attributes that are not a plain object of strings).
    *
    * @example
    * ```ts
@@ -79,14 +84,36 @@ export class PostgresOutbox implements OutboxStore<SqlClient> {
    * ```
    */
   async write(tx: SqlClient, message: OutboxWrite): Promise<void> {
+    checkOutboxWrite(message);
     const body = Buffer.from(encodeOutboxBody(message.body));
-    await tx.query(this.queries.write, [
+    const key = message.key ?? null;
+    const attributes = message.attributes ?? {};
+    const { rows } = await tx.query(this.queries.write, [
       message.id,
       message.destination,
-      message.key ?? null,
+      key,
       body,
-      JSON.stringify(message.attributes ?? {}),
+      JSON.stringify(attributes),
     ]);
+    if (rows.length > 0) return;
+    // The id was there already: a re-write of the same message is the idempotent case;
+    // anything else would be dropped without a word, so it is refused.
+    const { rows: stored } = await tx.query<{
+      destination: string;
+      key: string | null;
+      body: Uint8Array;
+      attributes: Record<string, string> | string;
+    }>(this.queries.written, [message.id]);
+    const row = stored[0];
+    if (!row) return; // not visible to this transaction's snapshot: nothing to compare
+    const storedAttributes = typeof row.attributes === 'string' ? JSON.parse(row.attributes) : row.attributes;
+    const differences = [
+      row.destination !== message.destination ? 'destination' : undefined,
+      row.key !== key ? 'key' : undefined,
+      sameBody(Buffer.from(row.body), body, message.body) ? undefined : 'body',
+      !isDeepStrictEqual({ ...storedAttributes }, { ...attributes }) ? 'attributes' : undefined,
+    ].filter((difference): difference is string => difference !== undefined);
+    if (differences.length > 0) throw new OutboxIdConflictError(message.id, differences);
   }
 
   /**
@@ -166,5 +193,27 @@ export class PostgresOutbox implements OutboxStore<SqlClient> {
       const { rows } = await client.query<{ id: string }>(this.queries.retry, [ids ? [...ids] : null]);
       return rows.map((row) => row.id);
     });
+  }
+}
+
+/**
+ * Whether a re-write's body is the stored one. Bytes and strings are sent as they are, so
+ * they must match byte for byte. A body the write encoded as JSON is the same message when
+ * it decodes to the same value: object keys in another order give other bytes (a handler
+ * that merges objects in arrival order, a re-run after its marker was pruned) but not
+ * another message, and refusing it would fail that handler on every redelivery.
+ */
+function sameBody(stored: Buffer, encoded: Buffer, body: unknown): boolean {
+  if (Buffer.compare(stored, encoded) === 0) return true;
+  const bytesOrText =
+    typeof body === 'string' ||
+    ArrayBuffer.isView(body) ||
+    body instanceof ArrayBuffer ||
+    (typeof SharedArrayBuffer !== 'undefined' && body instanceof SharedArrayBuffer);
+  if (bytesOrText) return false;
+  try {
+    return isDeepStrictEqual(JSON.parse(stored.toString('utf8')), JSON.parse(encoded.toString('utf8')));
+  } catch {
+    return false; // the stored body is not JSON: another message
   }
 }

@@ -10,6 +10,8 @@ import type {
 import { ConfigError, retryDelayMs, stderrLogger } from '@oncely/core';
 import type { PostgresStore } from '../PostgresStore.js';
 import type { OutboxQueries } from './outboxQueries.js';
+import { relayBackoff } from './relayBackoff.js';
+import { withinSendTimeout } from './sendTimeout.js';
 
 /** The channel the outbox trigger notifies (payload: the schema name). */
 export const OUTBOX_CHANNEL = 'oncely_outbox';
@@ -38,8 +40,21 @@ export interface RelayOptions {
   listen?: boolean;
   /** Failed sends of one row before it is dead-lettered (status `failed`, with its reason). @default 10 */
   maxAttempts?: number;
-  /** Delay before a failed row is sent again. @default { initialMs: 1000, maxMs: 60000 } */
+  /**
+   * Delay before a failed row is sent again, checked as a consumer's `backoff` (`ConfigError`
+   * otherwise). @default { initialMs: 1000, maxMs: 60000 }
+   */
   backoff?: Partial<BackoffConfig>;
+  /**
+   * How long one producer's `send()` may take before its messages of the round count as a
+   * failed (retried) send. A send that never settles, such as a broker that holds the
+   * connection and never confirms, would otherwise hold the round, its claim and its
+   * transaction for ever, with every other destination's rows and `stop()` behind it. A
+   * send that answers after this is not undone: its messages go out again with the same
+   * IDs (at least once, as after a crash). Keep it above the producer's own retries.
+   * @default 120000
+   */
+  sendTimeoutMs?: number;
   /** Names the relay in metrics. @default 'relay' */
   name?: string;
   /** @default core's stderr logger */
@@ -109,9 +124,10 @@ const SETTLE_START_MS = 10;
  * - Reads only rows whose writing transaction is below the snapshot's xmin, in
  *   `(xid, position)` order: a row that commits late is never skipped.
  * - Several relays may run: rows are locked `FOR UPDATE SKIP LOCKED` for the round (the
- *   claim, the sends and the marks are one transaction), and a relay sends a key's rows
- *   only while they are the head of that key, so per-key order holds and no row is sent
- *   by two relays at once. A relay that dies mid-round leaves its rows pending: they are
+ *   claim, the sends and the marks are one transaction). The claim takes a key's rows
+ *   only when the key's head is due and no other relay holds the key (a transaction
+ *   advisory lock per key), so per-key order holds, no row is sent by two relays at
+ *   once, and a key waiting out a backoff takes no room in a round. A relay that dies mid-round leaves its rows pending: they are
  *   sent again, with the same IDs.
  * - Messages of one key are sent one at a time (in waves, many keys per wave); a failure
  *   stops that key for the round and retries it after a backoff; after `maxAttempts`
@@ -141,8 +157,11 @@ export class Relay extends EventEmitter {
   private readonly useListen: boolean;
   private readonly maxAttempts: number;
   private readonly backoff: BackoffConfig;
+  private readonly sendTimeoutMs: number;
   private readonly log: Logger;
   private running: Promise<void> | undefined;
+  /** The start() in progress: a second start() is refused, a stop() waits for it. */
+  private starting: Promise<void> | undefined;
   private stopping = false;
   private woken = false;
   private wake: (() => void) | undefined;
@@ -165,7 +184,8 @@ export class Relay extends EventEmitter {
     this.pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1000);
     this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10);
     this.useListen = options.listen ?? true;
-    this.backoff = { initialMs: 1000, maxMs: 60_000, ...options.backoff };
+    this.backoff = relayBackoff(options.backoff);
+    this.sendTimeoutMs = positiveInteger('sendTimeoutMs', options.sendTimeoutMs ?? 120_000);
     this.name = options.name ?? 'relay';
     this.log = options.logger ?? stderrLogger;
     // Unhandled 'error' events would crash the process; the relay reports and carries on.
@@ -174,23 +194,29 @@ export class Relay extends EventEmitter {
 
   /**
    * Starts the loop: a round at once, then one on each notification or poll interval.
+   * A second `start()` while started (or starting) rejects with a `ConfigError`; after
+   * `stop()` the relay can be started again.
    *
    * @example
    * ```ts
    * await relay.start();
    * ```
    */
-  async start(): Promise<void> {
-    if (this.running) throw new ConfigError('relay', 'is already started');
+  start(): Promise<void> {
+    // Checked and set with no await in between: two concurrent calls cannot both pass.
+    if (this.running || this.starting) return Promise.reject(new ConfigError('relay', 'is already started'));
     this.stopping = false;
-    await this.initMetrics();
-    await this.subscribe();
-    this.running = this.loop();
+    const starting = this.begin().finally(() => {
+      if (this.starting === starting) this.starting = undefined;
+    });
+    this.starting = starting;
+    return starting;
   }
 
   /**
-   * Stops: the round in progress finishes (its sends are marked), then the loop ends and
-   * the notification connection is released. Producers stay open (they are yours).
+   * Stops: a `start()` in progress is waited for, the round in progress finishes (its
+   * sends are marked), then the loop ends and the notification connection is released.
+   * Producers stay open (they are yours).
    *
    * @example
    * ```ts
@@ -200,6 +226,9 @@ export class Relay extends EventEmitter {
    */
   async stop(): Promise<void> {
     this.stopping = true;
+    // A stop() during start(): let start() finish (it then starts no loop), so its LISTEN
+    // connection is known here and released below, not leaked.
+    await this.starting?.catch(() => {});
     this.wake?.();
     await this.running;
     this.running = undefined;
@@ -207,6 +236,14 @@ export class Relay extends EventEmitter {
     this.unlisten = undefined;
     this.listening = false;
     await unlisten?.().catch(() => {});
+  }
+
+  private async begin(): Promise<void> {
+    await this.initMetrics();
+    if (!this.stopping) await this.subscribe();
+    // stop() was called meanwhile: it is waiting for this start and releases the LISTEN.
+    if (this.stopping) return;
+    this.running = this.loop();
   }
 
   /**
@@ -288,36 +325,33 @@ export class Relay extends EventEmitter {
     }
   }
 
-  /** Keeps, per key, only the rows that continue the key's head in order (see OutboxQueries.keyHeads). */
+  /**
+   * Keeps, per key, the claimed rows that continue the key's head in the key's order
+   * (commit order), and returns them in that order. The claim already took only keys this
+   * relay holds and whose head is due; this only trims where its LIMIT cut a key's rows.
+   */
   private async keyHeads(tx: SqlClient, rows: ClaimedRow[]): Promise<ClaimedRow[]> {
-    const keys = [...new Set(rows.flatMap((row) => (row.key === null ? [] : [row.key])))];
-    if (keys.length === 0) return rows;
-    const { rows: heads } = await tx.query<{ key: string; position: string }>(this.queries.keyHeads, [
-      keys,
-      this.batchSize,
-    ]);
-    const order = new Map<string, string[]>();
-    for (const head of heads) {
-      const list = order.get(head.key) ?? [];
-      list.push(String(head.position));
-      order.set(head.key, list);
-    }
-    const mine = new Map<string, ClaimedRow[]>();
+    const keyed = new Map<string, Map<string, ClaimedRow>>();
     for (const row of rows) {
       if (row.key === null) continue;
-      const list = mine.get(row.key) ?? [];
-      list.push(row);
-      mine.set(row.key, list);
+      const byPosition = keyed.get(row.key) ?? new Map<string, ClaimedRow>();
+      byPosition.set(String(row.position), row);
+      keyed.set(row.key, byPosition);
     }
-    const kept = new Set<ClaimedRow>();
-    for (const [key, claimed] of mine) {
-      const expected = order.get(key) ?? [];
-      // A prefix of the key's pending rows: stops at a row another relay holds or one
-      // waiting out its backoff.
-      for (let i = 0; i < claimed.length && expected[i] === String(claimed[i]!.position); i++)
-        kept.add(claimed[i]!);
+    if (keyed.size === 0) return rows;
+    const { rows: heads } = await tx.query<{ key: string; position: string }>(this.queries.keyHeads, [
+      [...keyed.keys()],
+      this.batchSize,
+    ]);
+    const kept: ClaimedRow[] = rows.filter((row) => row.key === null);
+    const cut = new Set<string>();
+    for (const head of heads) {
+      if (cut.has(head.key)) continue;
+      const row = keyed.get(head.key)?.get(String(head.position));
+      if (row) kept.push(row);
+      else cut.add(head.key);
     }
-    return rows.filter((row) => row.key === null || kept.has(row));
+    return kept;
   }
 
   /**
@@ -368,19 +402,26 @@ export class Relay extends EventEmitter {
           );
           return group.map((row) => ({ row, result: { ok: false, error } }));
         }
-        let results: OutboxSendResult[];
+        let results: unknown;
         try {
-          results = await producer.send(group.map(toMessage));
+          results = await withinSendTimeout(
+            Promise.resolve(producer.send(group.map(toMessage))),
+            group[0]!.destination,
+            this.sendTimeoutMs,
+          );
         } catch (error) {
           return group.map((row) => ({ row, result: { ok: false, error } }));
         }
-        return group.map((row, i) => ({
-          row,
-          result: results[i] ?? {
-            ok: false,
-            error: new Error('the producer returned no result for this message'),
-          },
-        }));
+        // A producer's bug must fail its own rows with a reason, not throw here: that rolled
+        // the whole round back, so every other producer's rows, already sent, were sent
+        // again each round, and these rows never counted an attempt.
+        if (!Array.isArray(results)) {
+          const error = new Error(
+            `the producer's send() must resolve to an array of results (one per message); got ${describeValue(results)}`,
+          );
+          return group.map((row) => ({ row, result: { ok: false, error } }));
+        }
+        return group.map((row, i) => ({ row, result: checkedResult(results[i]) }));
       }),
     );
     return results.flat();
@@ -556,6 +597,29 @@ function toMessage(row: ClaimedRow): OutboxMessage {
     attributes,
     attempt: Number(row.attempts) + 1,
   };
+}
+
+/** A producer's result as the relay can mark it: `{ ok: true }`, or a failure with a reason. */
+function checkedResult(result: unknown): OutboxSendResult {
+  if (result === undefined || result === null)
+    return { ok: false, error: new Error('the producer returned no result for this message') };
+  if (typeof result !== 'object' || typeof (result as { ok?: unknown }).ok !== 'boolean') {
+    return {
+      ok: false,
+      error: new Error(
+        `the producer returned not a result ({ ok: boolean }) for this message: ${describeValue(result)}`,
+      ),
+    };
+  }
+  return result as OutboxSendResult;
+}
+
+function describeValue(value: unknown): string {
+  try {
+    return typeof value === 'object' && value !== null ? JSON.stringify(value).slice(0, 200) : String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
 }
 
 function positiveInteger(field: string, value: number): number {

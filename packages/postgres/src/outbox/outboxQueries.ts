@@ -3,18 +3,28 @@
  * schema name; values always travel as parameters.
  */
 export interface OutboxQueries {
-  /** $1 id, $2 destination, $3 key, $4 body bytea, $5 attributes JSON text. Idempotent on id. */
+  /**
+   * $1 id, $2 destination, $3 key, $4 body bytea, $5 attributes JSON text. Idempotent on
+   * id: returns a row when it inserted, none when the id was already there.
+   */
   readonly write: string;
+  /** $1 id. The message already stored under an id, to compare with a write that found it. */
+  readonly written: string;
   /**
    * $1 limit. Pending rows every writer of which has ended (xid below the snapshot's
    * xmin), due now, in (xid, position) order, locked; rows another relay holds are
-   * skipped, not waited for.
+   * skipped, not waited for. A keyed row only when its key's head is due and no other
+   * relay holds the key (its advisory lock, taken for the round): what is claimed of a
+   * key is a prefix of its pending rows. Of a key whose head failed before, only that
+   * head, once due, and such heads fill at most half the round: a parked or failing key's
+   * backlog takes no room in the round.
    */
   readonly claim: string;
   /**
-   * $1 text[] keys, $2 limit per key. The first pending rows of each key, in order,
-   * locked by anyone or not: a relay sends a key's rows only while they are the key's
-   * head, so a row held by another relay (or waiting out its backoff) holds the later ones.
+   * $1 text[] keys, $2 limit per key. The first pending rows of each key, in the key's
+   * order (`key_seq`, then `(xid, position)` for rows written before it): what a round
+   * claimed of a key is sent only as far as it continues this list (the claim's LIMIT can
+   * cut a key's rows, which the claim orders by xid).
    */
   readonly keyHeads: string;
   /**
@@ -34,6 +44,17 @@ export interface OutboxQueries {
   readonly retry: string;
   /** $1 cutoff, $2 batch size. Sent rows sent before the cutoff, oldest first. */
   readonly pruneSent: string;
+  /**
+   * $1 cutoff, $2 batch size. outbox_keys rows unused since the cutoff. They carry no
+   * state (a key's number comes from the sequence after its row is locked), so any row
+   * no writer holds may go; a writer's lock is skipped, not waited for.
+   */
+  readonly pruneKeys: string;
+}
+
+/** A SQL string literal of a (quoted) identifier. */
+function lit(value: string): string {
+  return `'${value.replaceAll("'", "''")}'`;
 }
 
 const MS = `* interval '1 millisecond'`;
@@ -42,26 +63,70 @@ const BELOW_XMIN = 'xid < pg_snapshot_xmin(pg_current_snapshot())';
 export function buildOutboxQueries(s: string): OutboxQueries {
   const t = `${s}.outbox`;
   return {
-    write: `INSERT INTO ${t} (id, destination, key, body, attributes)
-      VALUES ($1, $2, $3, $4, $5::text::jsonb)
-      ON CONFLICT (id) DO NOTHING`,
-    // Ordered by the table's columns (o.), not the text alias of the same name.
-    claim: `SELECT o.position::text AS position, o.id, o.destination, o.key, o.body, o.attributes, o.attempts
+    // A keyed row: the key's outbox_keys row locked first (held to commit), then its
+    // number from the sequence (RETURNING runs after the lock), so a key's numbers follow
+    // its commit order. Unkeyed: the CTE inserts nothing and locks nothing.
+    write: `WITH k AS (
+        INSERT INTO ${s}.outbox_keys (key) SELECT $3::text WHERE $3::text IS NOT NULL
+        ON CONFLICT (key) DO UPDATE SET used_at = now()
+        RETURNING nextval(${lit(`${s}.outbox_key_seq`)}::regclass) AS seq
+      )
+      INSERT INTO ${t} (id, destination, key, body, attributes, key_seq)
+      VALUES ($1, $2, $3::text, $4, $5::text::jsonb, (SELECT seq FROM k))
+      ON CONFLICT (id) DO NOTHING
+      RETURNING 1 AS inserted`,
+    written: `SELECT destination, key, body, attributes FROM ${t} WHERE id = $1`,
+    // Ordered by the table's columns (o.), not the text alias of the same name. A keyed
+    // row is claimed only when its key is sendable, decided here and not after the claim,
+    // so one key's backlog never fills a round: this relay holds the key's advisory lock
+    // for the round (taken, never waited for; another relay holding it is sending the
+    // key), and the key is not troubled, or the row is its troubled key's due head.
+    // A troubled key is one whose head failed before (only a key's head is ever sent, so
+    // the pending rows with attempts > 0 are heads). Of such a key only the head is
+    // claimed, and only once its backoff is over: the rows behind it could not be sent
+    // before it succeeds, so they take no room in a round (#26: with many failing keys
+    // each due again every round, each round had been one key's backlog and healthy rows
+    // were never claimed). The due heads take at most half a round, longest waiting first,
+    // so retries can never crowd out fresh rows either. The lock's first half is the
+    // table's name hashed, so schemas do not share locks; a hash collision between two
+    // keys only makes them take turns.
+    // The troubled keys and their heads are found once per claim, from the rows that failed
+    // (their own partial index, 0006: a healthy backlog is not read). Each row walked then
+    // costs one probe of the hashed list of troubled keys (NOT IN a subquery, hashed), not a
+    // look-up of its key's head, nor a comparison with every troubled key (`<> ALL (array)`
+    // did that: 5 s a claim with 10,000 failing keys and 50,000 rows behind them).
+    claim: `WITH tried AS (
+        SELECT head.key, head.position, head.next_attempt_at
+        FROM (SELECT DISTINCT key FROM ${t}
+          WHERE status = 'pending' AND key IS NOT NULL AND attempts > 0) AS failed_key
+        CROSS JOIN LATERAL (SELECT h.key, h.position, h.next_attempt_at FROM ${t} AS h
+          WHERE h.status = 'pending' AND h.key = failed_key.key
+          ORDER BY h.key_seq NULLS FIRST, h.xid, h.position LIMIT 1) AS head
+      ), due_heads AS (
+        SELECT position FROM tried
+        WHERE next_attempt_at IS NULL OR next_attempt_at <= now()
+        ORDER BY next_attempt_at NULLS FIRST, position
+        LIMIT greatest(1, $1::bigint / 2)
+      )
+      SELECT o.position::text AS position, o.id, o.destination, o.key, o.body, o.attributes, o.attempts
       FROM ${t} AS o
-      WHERE o.status = 'pending' AND o.${BELOW_XMIN}
+      WHERE o.status = 'pending' AND (o.key_seq IS NOT NULL OR o.${BELOW_XMIN})
         AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
+        AND (o.key IS NULL OR ((o.key NOT IN (SELECT key FROM tried) OR o.position IN (SELECT position FROM due_heads))
+          AND pg_try_advisory_xact_lock(hashtext(${lit(t)}), hashtext(o.key))))
       ORDER BY o.xid, o.position
-      LIMIT $1
-      FOR UPDATE SKIP LOCKED`,
+      LIMIT $1::bigint
+      FOR UPDATE OF o SKIP LOCKED`,
     keyHeads: `SELECT key, position::text AS position FROM (
-        SELECT key, position, row_number() OVER (PARTITION BY key ORDER BY xid, position) AS rank
+        SELECT key, position,
+          row_number() OVER (PARTITION BY key ORDER BY key_seq NULLS FIRST, xid, position) AS rank
         FROM ${t}
         WHERE status = 'pending' AND key = ANY($1::text[])
       ) heads
       WHERE rank <= $2
       ORDER BY key, rank`,
     pendingState: `SELECT
-        EXISTS (SELECT 1 FROM ${t} WHERE status = 'pending' AND NOT (${BELOW_XMIN})) AS unsettled,
+        EXISTS (SELECT 1 FROM ${t} WHERE status = 'pending' AND key_seq IS NULL AND NOT (${BELOW_XMIN})) AS unsettled,
         (SELECT greatest(0, extract(epoch FROM (min(next_attempt_at) - now())) * 1000)::double precision
           FROM ${t} WHERE status = 'pending' AND next_attempt_at > now()) AS next_due_ms`,
     markSent: `UPDATE ${t}
@@ -100,6 +165,11 @@ export function buildOutboxQueries(s: string): OutboxQueries {
       )
       DELETE FROM ${t} AS o USING doomed
       WHERE o.position = doomed.position
+      RETURNING 1 AS pruned`,
+    pruneKeys: `DELETE FROM ${s}.outbox_keys
+      WHERE key IN (
+        SELECT key FROM ${s}.outbox_keys WHERE used_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
+      )
       RETURNING 1 AS pruned`,
   };
 }

@@ -159,7 +159,7 @@ async function closeConnectionsServerSide(prefix) {
     `Prefix = <<"${prefix}">>, L = byte_size(Prefix), ` +
     'Pids = [P || Info <- rabbit_networking:connection_info_all([pid, client_properties]), ' +
     '{pid, P} <- [lists:keyfind(pid, 1, Info)], ' +
-    '{client_properties, CP} <- [lists:keyfind(client_properties, 1, Info)], ' +
+    '{client_properties, CP} <- [lists:keyfind(client_properties, 1, Info)], is_list(CP), ' +
     // A connection still in its handshake has no client properties yet (`none`):
     // keyfind on it raised badarg and failed the whole drop.
     'is_list(CP), ' +

@@ -10,6 +10,13 @@
  * a message sent without a MessageId one of its own, so the poison messages "without an
  * ID" are sent with an empty MessageId, which the consumer cannot use as an ID
  * (dead-lettered as `missing-id`).
+ *
+ * With ONCELY_CHAOS_SERVICEBUS_SESSIONS=1 (issue #34) the queue requires sessions (each
+ * order in one of 64 sessions by its ID), the consumers receive through sessions with
+ * `retryStrategy: 'schedule'` and `idStrategy: 'broker'` (the sequence number), and 5 %
+ * of first attempts fail on purpose, so delayed retries (held in their session, outside
+ * any handler slot) run all along. The sequence number sees no producer retry: run it
+ * without producer duplicates and without poison messages lacking an ID.
  */
 import { ServiceBusClient } from '@azure/service-bus';
 import { startServiceBusEmulator } from '@oncely/emulators/servicebus';
@@ -22,10 +29,12 @@ const ID_PROPERTY = 'message-id';
  */
 export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
   const leaseMs = 2000;
+  const sessions = process.env.ONCELY_CHAOS_SERVICEBUS_SESSIONS === '1';
   const emulator = await startServiceBusEmulator({ port: 0 });
   const queue = `oncely-chaos-${runId}`;
   emulator.createQueue(queue, {
     LockDuration: leaseMs,
+    RequiresSession: sessions,
     // Far above the consumer's maxAttempts: the consumer, which knows why, dead-letters first.
     MaxDeliveryCount: 1000,
   });
@@ -50,6 +59,7 @@ export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
           body: Buffer.from(message.rawBody ?? JSON.stringify(message.body)),
           messageId: message.id ?? '',
           applicationProperties: message.id === undefined ? {} : { [ID_PROPERTY]: message.id },
+          ...(sessions ? { sessionId: sessionOf(message.id ?? 'no-id') } : {}),
         };
         if (!batch.tryAddMessage(outgoing)) {
           await sender.sendMessages(batch);
@@ -76,7 +86,14 @@ export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
     leaseMs,
     stallMs: Math.round(leaseMs * 1.5),
     leaseLossSlot: true,
+    ...(sessions ? { idStrategy: 'broker', failFirstRate: 0.05 } : {}),
     notes: {
+      ...(sessions
+        ? {
+            sessions:
+              "64 sessions, retryStrategy 'schedule', idStrategy 'broker', 5 % of first attempts fail",
+          }
+        : {}),
       consumers: 'child processes; the Service Bus emulator runs in the runner',
       brokerDrop: 'every client connection to the emulator destroyed (server side)',
       brokerRestart: `emulator not listening for ${restartDownMs} ms; state kept, as a durable namespace keeps it`,
@@ -88,6 +105,7 @@ export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
         queueName: queue,
         maxWaitTimeMs: 500,
         maxDeliveryCount: 1000,
+        ...(sessions ? { sessions: true, retryStrategy: 'schedule' } : {}),
         // A send or settle on a connection that died must not wait the SDK's default minute.
         clientOptions: {
           retryOptions: { timeoutInMs: 10_000, maxRetries: 10, retryDelayInMs: 200, maxRetryDelayInMs: 2000 },
@@ -132,4 +150,12 @@ export async function servicebusBackend({ runId, restartDownMs = 3000 }) {
       await emulator.stop();
     },
   };
+}
+
+/** One of 64 sessions, by the order's ID: more than the consumers' workers, so every consumer holds some. */
+/** @param {string} id */
+function sessionOf(id) {
+  let hash = 0;
+  for (const char of id) hash = (hash * 31 + char.charCodeAt(0)) >>> 0;
+  return `session-${hash % 64}`;
 }

@@ -20,6 +20,8 @@
  * @property {number} stallMs how long a stalled handler stalls (longer than the lease)
  * @property {boolean} leaseLossSlot slot 0 runs without lease renewal, so its stalls lose the lease
  * @property {Record<string, string>} notes what each fault means on this broker, for the report
+ * @property {import('@oncely/core').IdStrategy} [idStrategy] the consumers' ID strategy (default: the adapter's)
+ * @property {number} [failFirstRate] share of first attempts whose handler throws (a delayed retry)
  * @property {(consumer: { slot: number, generation: number, label: string, concurrency: number }) => Promise<import('@oncely/core').BrokerConfig>} consumerBroker
  * @property {(messages: ChaosMessage[]) => Promise<void>} publish
  * @property {() => Promise<number>} backlog messages not yet settled (ready, in flight, waiting for a retry)

@@ -1,12 +1,15 @@
-import type { SqlClient } from '@oncely/core';
-
-/** `(class, key)` advisory lock taken by {@link migrateHttpSchema}: ASCII "http". */
-const MIGRATION_LOCK_CLASS = 0x68747470;
+import type { HttpKeyRecord, HttpKeyStore, SqlClient } from '@oncely/core';
+import { quoteSchemaName } from '../identifiers.js';
 
 /**
- * Forward-only migrations of this package's own tables, kept apart from the store's
- * (`<schema>.http_migrations`), so `@oncely/postgres` needs no change to host them.
+ * `@oncely/http`'s idempotency keys on PostgreSQL: the table `<schema>.http_idempotency_keys`
+ * with its own forward-only migrations (`<schema>.http_migrations`, apart from the store's,
+ * as they were when `@oncely/http` held this SQL: existing databases carry on unchanged).
  */
+
+/** `(class, key)` advisory lock taken by the migration: ASCII "http". */
+const MIGRATION_LOCK_CLASS = 0x68747470;
+
 const MIGRATIONS: ReadonlyArray<{ version: number; name: string; statements: readonly string[] }> = [
   {
     version: 1,
@@ -32,12 +35,12 @@ const MIGRATIONS: ReadonlyArray<{ version: number; name: string; statements: rea
 ];
 
 /**
- * Creates the schema and applies pending migrations in the caller's transaction, under an
- * advisory lock (concurrent instances starting at once wait, then find nothing to do).
- * Each migration first inserts its own row, so a migrator that skipped the lock hits
- * 23505 instead of applying it twice.
+ * Creates the schema and applies pending migrations in `tx`, under an advisory lock
+ * (concurrent instances starting at once wait, then find nothing to do). Each migration
+ * first inserts its own row, so a migrator that skipped the lock hits 23505 instead of
+ * applying it twice.
  */
-export async function migrateHttpSchema(tx: SqlClient, schema: string, quoted: string): Promise<string[]> {
+async function migrateHttpSchema(tx: SqlClient, schema: string, quoted: string): Promise<string[]> {
   await tx.query('SELECT pg_advisory_xact_lock($1::integer, hashtext($2::text))', [
     MIGRATION_LOCK_CLASS,
     schema,
@@ -66,37 +69,31 @@ export async function migrateHttpSchema(tx: SqlClient, schema: string, quoted: s
 const MS = `* interval '1 millisecond'`;
 
 /** Every runtime statement, built once per schema; values always travel as parameters. */
-export function buildHttpQueries(s: string) {
+function buildHttpQueries(s: string) {
   const t = `${s}.http_idempotency_keys`;
-  const response = 'response_status, response_headers, response_body';
+  const response = 'response_status, response_headers::text AS response_headers, response_body';
+  const responseColumns = 'response_status, response_headers, response_body';
   return {
     /**
-     * $1 scope, $2 key, $3 lock name. Transactional mode, one round trip: tries the key's
-     * transaction-scoped advisory lock (one request per key runs at a time; the others get
-     * 409 at once) and reads the live row. The read's snapshot may predate a commit that
-     * released the lock, so a request that got the lock reads again ({@link read}) before
-     * deciding to run; a completed row seen here is a safe replay either way.
+     * $1 scope, $2 key, $3 lock name. One round trip: tries the key's transaction-scoped
+     * advisory lock and reads the live row.
      */
     lockAndPeek: `SELECT pg_try_advisory_xact_lock(hashtextextended($3::text, 0)) AS locked,
         k.fingerprint, k.status, (k.locked_until IS NOT NULL AND k.locked_until > now()) AS live,
-        k.response_status, k.response_headers, k.response_body
+        k.response_status, k.response_headers::text AS response_headers, k.response_body
       FROM (SELECT 1) AS one
       LEFT JOIN ${t} AS k ON k.scope = $1 AND k.idempotency_key = $2 AND k.expires_at > now()`,
     /** $1 scope, $2 key. The live row (not past retention), locked. */
     read: `SELECT fingerprint, status, (locked_until IS NOT NULL AND locked_until > now()) AS live, ${response}
       FROM ${t} WHERE scope = $1 AND idempotency_key = $2 AND expires_at > now() FOR UPDATE`,
     /** $1 scope, $2 key, $3 fingerprint, $4 status, $5 headers json, $6 body, $7 retention ms. */
-    saveCompleted: `INSERT INTO ${t} AS k (scope, idempotency_key, fingerprint, status, ${response}, expires_at)
+    saveCompleted: `INSERT INTO ${t} AS k (scope, idempotency_key, fingerprint, status, ${responseColumns}, expires_at)
       VALUES ($1, $2, $3, 'completed', $4, $5::text::jsonb, $6, now() + $7::double precision ${MS})
       ON CONFLICT (scope, idempotency_key) DO UPDATE SET
         fingerprint = EXCLUDED.fingerprint, status = 'completed', owner = NULL, locked_until = NULL,
         response_status = EXCLUDED.response_status, response_headers = EXCLUDED.response_headers,
         response_body = EXCLUDED.response_body, created_at = now(), expires_at = EXCLUDED.expires_at`,
-    /**
-     * $1 scope, $2 key, $3 fingerprint, $4 owner, $5 lease ms, $6 retention ms. Inserts an
-     * in-progress claim, or takes over one past its deadline (same fingerprint) or a row
-     * past retention. Returns nothing when the row is completed, live, or another payload's.
-     */
+    /** $1 scope, $2 key, $3 fingerprint, $4 owner, $5 lease ms, $6 retention ms. */
     acquire: `INSERT INTO ${t} AS k (scope, idempotency_key, fingerprint, status, owner, locked_until, expires_at)
       VALUES ($1, $2, $3, 'in_progress', $4, now() + $5::double precision ${MS}, now() + $6::double precision ${MS})
       ON CONFLICT (scope, idempotency_key) DO UPDATE SET
@@ -128,12 +125,87 @@ export function buildHttpQueries(s: string) {
   };
 }
 
-export type HttpQueries = ReturnType<typeof buildHttpQueries>;
+interface KeyRow {
+  fingerprint: string;
+  status: 'in_progress' | 'completed';
+  live: boolean;
+  response_status: number | null;
+  response_headers: string | null;
+  response_body: Uint8Array | null;
+}
 
-/** Quotes a plain identifier (letters, digits, `_`); anything else is refused. */
-export function quoteSchema(schema: string): string {
-  if (typeof schema !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
-    throw new Error(`schema must be a plain identifier (letters, digits, _); got ${JSON.stringify(schema)}`);
-  }
-  return `"${schema}"`;
+function toRecord(row: KeyRow): HttpKeyRecord {
+  return {
+    fingerprint: row.fingerprint,
+    status: row.status,
+    live: row.live === true,
+    responseStatus: row.response_status,
+    responseHeaders: row.response_headers,
+    responseBody: row.response_body,
+  };
+}
+
+/**
+ * The HTTP keys of a PostgresStore in `schema`.
+ *
+ * @param transaction the store's own `transaction()`, for `migrate()`
+ */
+export function createPostgresHttpKeys(
+  schema: string,
+  transaction: <T>(work: (tx: SqlClient) => Promise<T>) => Promise<T>,
+): HttpKeyStore<SqlClient> {
+  const quoted = quoteSchemaName(schema, 'schema');
+  const q = buildHttpQueries(quoted);
+  return {
+    migrate: () => transaction((tx) => migrateHttpSchema(tx, schema, quoted)),
+    async tryLock(tx, scope, key) {
+      const { rows } = await tx.query<KeyRow & { locked: boolean }>(q.lockAndPeek, [
+        scope,
+        key,
+        `${schema}:${scope.length}:${scope}:${key}`,
+      ]);
+      const row = rows[0];
+      return { locked: row?.locked === true, record: row?.status ? toRecord(row) : undefined };
+    },
+    async read(tx, scope, key) {
+      const row = (await tx.query<KeyRow>(q.read, [scope, key])).rows[0];
+      return row ? toRecord(row) : undefined;
+    },
+    async saveCompleted(tx, { scope, key, fingerprint, response, retentionMs }) {
+      await tx.query(q.saveCompleted, [
+        scope,
+        key,
+        fingerprint,
+        response.status,
+        response.headers,
+        response.body,
+        retentionMs,
+      ]);
+    },
+    async acquire(tx, { scope, key, fingerprint, owner, leaseMs, retentionMs }) {
+      const { rows } = await tx.query(q.acquire, [scope, key, fingerprint, owner, leaseMs, retentionMs]);
+      return rows.length === 1;
+    },
+    async renew(tx, { scope, key, owner, leaseMs }) {
+      return (await tx.query(q.renew, [scope, key, owner, leaseMs])).rows.length === 1;
+    },
+    async complete(tx, { scope, key, owner, response, retentionMs }) {
+      const { rows } = await tx.query(q.complete, [
+        scope,
+        key,
+        owner,
+        response.status,
+        response.headers,
+        response.body,
+        retentionMs,
+      ]);
+      return rows.length === 1;
+    },
+    async release(tx, { scope, key, owner }) {
+      return (await tx.query(q.release, [scope, key, owner])).rows.length === 1;
+    },
+    async prune(tx, batchSize) {
+      return (await tx.query(q.prune, [batchSize])).rows.length;
+    },
+  };
 }

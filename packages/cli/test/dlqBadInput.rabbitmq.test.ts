@@ -1,0 +1,126 @@
+import { randomUUID } from 'node:crypto';
+import { PostgresStore } from '@oncely/postgres';
+import { assertTopology, DETAIL_HEADER, REASON_HEADER } from '@oncely/rabbitmq';
+import { connect } from 'amqplib';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { main } from '../src/index.js';
+
+// Hostile review of `oncely dlq` (#30): bad input must be refused or reported, never turn
+// into a silent no-op (exit 0) or an action under the wrong consumer's name.
+const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+const suffix = randomUUID().replace(/-/g, '').slice(0, 10);
+const schema = `cli_dlqbad_${suffix}`;
+const queue = `cli_dlqbad_${suffix}`;
+
+async function oncely(args: string[], extraEnv: Record<string, string> = {}) {
+  let out = '';
+  let err = '';
+  const code = await main(['dlq', ...args, '--schema', schema], {
+    out: { write: (t: string) => (out += t) },
+    err: { write: (t: string) => (err += t) },
+    env: {
+      DATABASE_URL,
+      ONCELY_BROKER_TYPE: 'rabbitmq',
+      ONCELY_BROKER_URL: RABBITMQ_URL,
+      ONCELY_BROKER_QUEUE: queue,
+      ONCELY_OPERATOR: 'alice',
+      ...extraEnv,
+    },
+  });
+  return { code, out, err };
+}
+
+describe('oncely dlq: bad input (real RabbitMQ + PostgreSQL)', () => {
+  const connectionPromise = connect(RABBITMQ_URL);
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+
+  beforeAll(async () => {
+    const store = new PostgresStore({ connectionString: DATABASE_URL, schema });
+    await store.migrate();
+    await store.close();
+    await admin.connect();
+    const channel = await (await connectionPromise).createConfirmChannel();
+    await assertTopology(channel, { queue });
+    for (let i = 0; i < 3; i++) {
+      channel.sendToQueue(`${queue}.dlq`, Buffer.from(`{"n":${i}}`), {
+        messageId: `m-${i}`,
+        persistent: true,
+        headers: { [REASON_HEADER]: 'max-attempts', [DETAIL_HEADER]: 'timeout' },
+      });
+    }
+    await channel.waitForConfirms();
+    await channel.close();
+  });
+
+  afterAll(async () => {
+    const connection = await connectionPromise;
+    const channel = await connection.createChannel();
+    for (const name of [queue, `${queue}.dlq`]) await channel.deleteQueue(name).catch(() => {});
+    await channel.deleteExchange(`${queue}.dlx`).catch(() => {});
+    await connection.close();
+    await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await admin.end();
+  });
+
+  async function depth(name: string): Promise<number> {
+    const channel = await (await connectionPromise).createChannel();
+    try {
+      return (await channel.checkQueue(name)).messageCount;
+    } finally {
+      await channel.close();
+    }
+  }
+
+  async function discardRows(): Promise<number> {
+    const { rows } = await admin.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "${schema}".dead_letter_discards`,
+    );
+    return rows[0]!.n;
+  }
+
+  it('a --group that matches no dead letter is reported (exit 1), like an --id that is not there', async () => {
+    const replay = await oncely(['replay', 'payments', '--group', 'max-attempts:deadbeef']);
+    expect(replay.code).toBe(1);
+    expect(replay.err).toContain('max-attempts:deadbeef');
+    const discard = await oncely(['discard', 'payments', '--group', 'max-atempts', '--yes']);
+    expect(discard.code).toBe(1);
+    expect(discard.err).toContain('max-atempts');
+    expect(await depth(`${queue}.dlq`)).toBe(3);
+    expect(await depth(queue)).toBe(0);
+    expect(await discardRows()).toBe(0);
+  }, 60_000);
+
+  it('a CONSUMER other than the one the config names is refused (exit 2): markers and records would go under the wrong name', async () => {
+    const typo = await oncely(['replay', 'paymnets', '--dry-run'], { ONCELY_NAME: 'payments' });
+    expect(typo.code).toBe(2);
+    expect(typo.err).toContain("'payments'");
+    const discard = await oncely(['discard', 'paymnets', '--yes'], { ONCELY_NAME: 'payments' });
+    expect(discard.code).toBe(2);
+    expect(await depth(`${queue}.dlq`)).toBe(3);
+    expect(await discardRows()).toBe(0);
+    // The same name is fine.
+    expect((await oncely(['list', 'payments'], { ONCELY_NAME: 'payments' })).code).toBe(0);
+  }, 60_000);
+
+  it('a dead-letter queue that does not exist: exit 1 naming it; list --json of an empty DLQ parses', async () => {
+    const gone = await oncely(['list', 'payments'], { ONCELY_BROKER_QUEUE: `${queue}-nothere` });
+    expect(gone.code).toBe(1);
+    expect(gone.err).toContain(`${queue}-nothere.dlq`);
+    const emptyQueue = `${queue}_empty`;
+    const channel = await (await connectionPromise).createConfirmChannel();
+    await assertTopology(channel, { queue: emptyQueue });
+    await channel.close();
+    try {
+      const empty = await oncely(['list', 'payments', '--json'], { ONCELY_BROKER_QUEUE: emptyQueue });
+      expect(empty.code).toBe(0);
+      expect(JSON.parse(empty.out)).toEqual({ letters: [], groups: [] });
+    } finally {
+      const cleanup = await (await connectionPromise).createChannel();
+      for (const name of [emptyQueue, `${emptyQueue}.dlq`]) await cleanup.deleteQueue(name).catch(() => {});
+      await cleanup.deleteExchange(`${emptyQueue}.dlx`).catch(() => {});
+      await cleanup.close();
+    }
+  }, 60_000);
+});

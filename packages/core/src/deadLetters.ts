@@ -1,0 +1,311 @@
+import { createHash } from 'node:crypto';
+import { loadAdapterModule } from './createConsumer.js';
+import { ConfigError } from './errors.js';
+import { resolveMessageId } from './idStrategy.js';
+import type {
+  AdapterModule,
+  BrokerType,
+  ConsumerConfig,
+  DeadLetterSession,
+  HeldDeadLetter,
+  IdempotencyStore,
+} from './types.js';
+
+/** How many re-sends a replay has in flight at once. */
+const REPLAY_WINDOW = 50;
+
+/** Waits for every one of `work`, then throws the first failure (none is left running). */
+async function settleAll(work: Promise<void>[]): Promise<void> {
+  const failed = (await Promise.allSettled(work)).find((r) => r.status === 'rejected');
+  if (failed) throw (failed as PromiseRejectedResult).reason;
+}
+
+/** One dead letter as `list()` reports it. */
+export interface DeadLetterInfo {
+  /** The message ID under the consumer's ID strategy; absent when it has none (`missing-id`). */
+  messageId?: string;
+  reason: string;
+  error?: string;
+  attempts?: number;
+  firstFailedAt?: Date;
+  lastFailedAt?: Date;
+  attributes: Record<string, string>;
+  /** Its failure group: {@link failureGroupId} of reason and error. */
+  group: string;
+}
+
+/** Dead letters with one reason and one error (numbers in the error aside). */
+export interface FailureGroup {
+  /** Stable across runs: pass it to `replay`/`discard` (`--group`). */
+  id: string;
+  reason: string;
+  /** The error with its numbers replaced by `#` (positions, counts). */
+  error: string;
+  count: number;
+  firstFailedAt?: Date;
+  lastFailedAt?: Date;
+}
+
+/** What `replay`/`discard` act on: message IDs, a group (its ID or a reason), or everything. */
+export interface DeadLetterSelection {
+  ids?: readonly string[];
+  /** A failure group's ID, or a reason (`max-attempts`): every group with that reason. */
+  group?: string;
+}
+
+/** What `replay` did (or, with `dryRun`, would do). */
+export interface ReplayReport {
+  dryRun: boolean;
+  /** Sent back to the source (dry run: would be) and not yet processed. */
+  replayed: string[];
+  /** Have a processed marker: the consumer acks them as duplicates (still moved back). */
+  alreadyProcessed: string[];
+  /** Selected dead letters without a message ID (moved back too; the consumer dead-letters them again unless fixed). */
+  withoutId: number;
+  /** `ids` asked for that the dead-letter queue does not hold, or the `group` when it matched none. */
+  notFound: string[];
+}
+
+/** What `discard` removed. */
+export interface DiscardReport {
+  discarded: Array<{ messageId?: string; reason: string }>;
+  /** As {@link ReplayReport.notFound}. */
+  notFound: string[];
+}
+
+/**
+ * The broker-neutral dead-letter API: list the consumer's dead letters in failure groups,
+ * replay them to its source under their original message IDs, or discard them with a
+ * record in the store. The broker work is the adapter's {@link DeadLetterSession}; each
+ * call here is one session (read everything, act, give the rest back).
+ *
+ * Replay is at least once and keeps the ID: a crash after the broker confirmed the re-send
+ * and before the dead letter was removed leaves both, and the consumer's marker turns the
+ * second run into a duplicate. Each replayed message's attempt counter is cleared first,
+ * so it gets the full `maxAttempts` again.
+ *
+ * @example
+ * ```ts
+ * const dlq = await DeadLetters.open({ ...config, store, handler });
+ * const { groups } = await dlq.list();
+ * await dlq.replay({ group: groups[0].id });
+ * await dlq.discard({ group: 'invalid-body' }, { by: 'alice' });
+ * ```
+ */
+export class DeadLetters {
+  private constructor(
+    private readonly config: ConsumerConfig<any, any>,
+    private readonly openSession: () => Promise<DeadLetterSession>,
+  ) {}
+
+  /** Loads the adapter by `config.broker.type`; throws a ConfigError when it cannot reach dead letters. */
+  static async open(config: ConsumerConfig<any, any>, module?: AdapterModule): Promise<DeadLetters> {
+    const adapter = module ?? (await loadAdapterModule(config.broker.type as BrokerType));
+    if (!adapter.openDeadLetters) {
+      throw new ConfigError(
+        'broker.type',
+        `the ${config.broker.type} adapter cannot work with dead letters yet (no openDeadLetters)`,
+      );
+    }
+    return new DeadLetters(config, () => adapter.openDeadLetters!(config));
+  }
+
+  /** Every dead letter, and the failure groups (largest first). */
+  async list(): Promise<{ letters: DeadLetterInfo[]; groups: FailureGroup[] }> {
+    return this.withSession(async (session) => {
+      const letters = (await session.read()).map((letter) => this.describe(session, letter));
+      return { letters, groups: groupLetters(letters) };
+    });
+  }
+
+  /**
+   * Moves the selected dead letters back to the source, each removed from the DLQ only
+   * after the broker confirmed its re-send. `dryRun`: reads and reports, moves nothing.
+   * `onReplayed` is called after each one is back in the source and out of the DLQ. Sessions
+   * get up to 50 `replay` calls at once, made in the DLQ's order.
+   */
+  async replay(
+    selection: DeadLetterSelection,
+    options: { dryRun?: boolean; onReplayed?: (letter: DeadLetterInfo) => void } = {},
+  ): Promise<ReplayReport> {
+    const dryRun = options.dryRun ?? false;
+    return this.withSession(async (session) => {
+      const { chosen, notFound } = this.select(session, await session.read(), selection);
+      const ids = chosen.flatMap(({ info }) => (info.messageId === undefined ? [] : [info.messageId]));
+      const processed = await this.processed(ids, dryRun);
+      const report: ReplayReport = { dryRun, replayed: [], alreadyProcessed: [], withoutId: 0, notFound };
+      if (!dryRun) {
+        // Windows of concurrent re-sends: a broker confirms a persistent message after its
+        // disk sync, so one at a time would wait for a sync per message. Each letter is
+        // still removed only after its own confirm, and they are sent in the DLQ's order.
+        for (let start = 0; start < chosen.length; start += REPLAY_WINDOW) {
+          const window = chosen.slice(start, start + REPLAY_WINDOW);
+          // A fresh attempt budget: the old count would dead-letter it after one failure.
+          await settleAll(
+            window.map(async ({ info }) => {
+              if (info.messageId === undefined) return;
+              await this.store.clearAttempts?.({ consumer: this.config.name, messageId: info.messageId });
+            }),
+          );
+          await settleAll(
+            window.map(async ({ letter, info }) => {
+              await session.replay(letter);
+              options.onReplayed?.(info);
+            }),
+          );
+        }
+      }
+      for (const { info } of chosen) {
+        if (info.messageId === undefined) report.withoutId += 1;
+        else if (processed.has(info.messageId)) report.alreadyProcessed.push(info.messageId);
+        else report.replayed.push(info.messageId);
+      }
+      return report;
+    });
+  }
+
+  /**
+   * Removes the selected dead letters for good, after recording each (ID, reason, error,
+   * who, when) in the store's discard log. Needs a store with a `deadLetterLog`.
+   */
+  async discard(selection: DeadLetterSelection, options: { by: string }): Promise<DiscardReport> {
+    const log = this.store.deadLetterLog;
+    if (!log)
+      throw new ConfigError('store', 'this store keeps no dead-letter discard log (no deadLetterLog)');
+    return this.withSession(async (session) => {
+      const { chosen, notFound } = this.select(session, await session.read(), selection);
+      const discardedAt = new Date();
+      // The record first: a crash after it leaves the letter in the DLQ with a record
+      // (a second discard records it again); the reverse could remove it unrecorded.
+      await log.recordDiscards(
+        chosen.map(({ info }) => ({
+          consumer: this.config.name,
+          messageId: info.messageId,
+          reason: info.reason,
+          error: info.error,
+          discardedBy: options.by,
+          discardedAt,
+        })),
+      );
+      for (const { letter } of chosen) await session.remove(letter);
+      return {
+        discarded: chosen.map(({ info }) => ({ messageId: info.messageId, reason: info.reason })),
+        notFound,
+      };
+    });
+  }
+
+  private get store(): IdempotencyStore<any> {
+    return this.config.store as IdempotencyStore<any>;
+  }
+
+  private async withSession<T>(work: (session: DeadLetterSession) => Promise<T>): Promise<T> {
+    const session = await this.openSession();
+    try {
+      return await work(session);
+    } finally {
+      await session.close();
+    }
+  }
+
+  private describe(session: DeadLetterSession, letter: HeldDeadLetter): DeadLetterInfo {
+    const strategy = this.config.idStrategy ?? session.defaultIdStrategy;
+    const messageId = resolveMessageId(strategy, {
+      ...letter.envelope,
+      source: session.name,
+      raw: undefined,
+    });
+    return {
+      messageId,
+      reason: letter.reason,
+      error: letter.error,
+      attempts: letter.attempts,
+      firstFailedAt: letter.firstFailedAt,
+      lastFailedAt: letter.lastFailedAt,
+      attributes: letter.envelope.attributes,
+      group: failureGroupId(letter.reason, letter.error),
+    };
+  }
+
+  private select(session: DeadLetterSession, letters: HeldDeadLetter[], selection: DeadLetterSelection) {
+    const { ids, group } = selection;
+    if (ids !== undefined && group !== undefined) {
+      throw new ConfigError('selection', 'give message IDs or a group, not both');
+    }
+    const wanted = ids === undefined ? undefined : new Set(ids);
+    const chosen: Array<{ letter: HeldDeadLetter; info: DeadLetterInfo }> = [];
+    const found = new Set<string>();
+    for (const letter of letters) {
+      const info = this.describe(session, letter);
+      const take = wanted
+        ? info.messageId !== undefined && wanted.has(info.messageId)
+        : group === undefined || info.group === group || info.reason === group;
+      if (!take) continue;
+      chosen.push({ letter, info });
+      if (info.messageId !== undefined) found.add(info.messageId);
+    }
+    // A group that matches nothing is most often a typo: reported like an absent ID.
+    if (group !== undefined && chosen.length === 0) return { chosen, notFound: [group] };
+    return { chosen, notFound: [...(wanted ?? [])].filter((id) => !found.has(id)) };
+  }
+
+  /**
+   * The IDs with a processed marker. A store without a `deadLetterLog` cannot tell: a dry
+   * run (whose point that is) refuses, a replay goes on and reports every one as replayed.
+   */
+  private async processed(ids: string[], required: boolean): Promise<ReadonlySet<string>> {
+    if (ids.length === 0) return new Set();
+    const log = this.store.deadLetterLog;
+    if (log) return log.processed(this.config.name, ids);
+    if (!required) return new Set();
+    throw new ConfigError(
+      'store',
+      'cannot look up markers for dead letters (the store has no deadLetterLog)',
+    );
+  }
+}
+
+/**
+ * The failure group of a reason and an error: `reason:` plus 8 hex digits of a hash of the
+ * error with its numbers replaced (so `position 12` and `position 40` group together).
+ *
+ * @example
+ * ```ts
+ * failureGroupId('invalid-body', 'Unexpected token } in JSON at position 12'); // 'invalid-body:3f1c0a9e'
+ * ```
+ */
+export function failureGroupId(reason: string, error: string | undefined): string {
+  const hash = createHash('sha256').update(normalizeError(error)).digest('hex').slice(0, 8);
+  return `${reason}:${hash}`;
+}
+
+function normalizeError(error: string | undefined): string {
+  return (error ?? '').replace(/\d+/g, '#').trim();
+}
+
+function groupLetters(letters: DeadLetterInfo[]): FailureGroup[] {
+  const groups = new Map<string, FailureGroup>();
+  for (const letter of letters) {
+    let group = groups.get(letter.group);
+    if (!group) {
+      group = { id: letter.group, reason: letter.reason, error: normalizeError(letter.error), count: 0 };
+      groups.set(letter.group, group);
+    }
+    group.count += 1;
+    group.firstFailedAt = earliest(group.firstFailedAt, letter.firstFailedAt ?? letter.lastFailedAt);
+    group.lastFailedAt = latest(group.lastFailedAt, letter.lastFailedAt ?? letter.firstFailedAt);
+  }
+  return [...groups.values()].sort((a, b) => b.count - a.count || a.id.localeCompare(b.id));
+}
+
+function earliest(a: Date | undefined, b: Date | undefined): Date | undefined {
+  if (!a) return b;
+  if (!b) return a;
+  return a <= b ? a : b;
+}
+
+function latest(a: Date | undefined, b: Date | undefined): Date | undefined {
+  if (!a) return b;
+  if (!b) return a;
+  return a >= b ? a : b;
+}

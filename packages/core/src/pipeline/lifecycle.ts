@@ -1,0 +1,157 @@
+/**
+ * The consumer's lifecycle and its slots: start, the stop sequence (deadline, then the
+ * grace for aborted deliveries to settle, then the adapter closes), how many deliveries
+ * are in flight, and the lease keepers of the ones the pipeline holds.
+ */
+import { setMaxListeners } from 'node:events';
+import { BrokerConnectionError, ConsumerStateError, isOncelyError, OncelyError } from '../errors.js';
+import type { LeaseKeeper } from '../LeaseKeeper.js';
+import type { AdapterRuntime } from '../types.js';
+import { ABANDONED, type Held, type Marked, type Pipeline, settledWithin } from './shared.js';
+
+type State = 'created' | 'running' | 'stopping' | 'stopped';
+
+export class Lifecycle {
+  state: State = 'created';
+  /** Aborted when stop() begins (or start() fails): ends every wait of the pipeline. */
+  readonly stopping = new AbortController();
+  /** Handlers (and held deliveries) in flight right now. */
+  inFlight = 0;
+  /** The lease keeper of every delivery in the pipeline, with that delivery (stop() aborts and reports them). */
+  readonly keepers = new Map<LeaseKeeper, Held>();
+  /**
+   * Take-backs of counted runs released during stop() that are still running after their
+   * release went ahead without them (a release waits at most UNCOUNT_WAIT_MS): stop()
+   * waits for them before it resolves.
+   */
+  readonly takeBacks = new Set<Promise<void>>();
+  private readonly waiters: Array<() => void> = [];
+  private stopPromise: Promise<void> | undefined;
+
+  constructor(private readonly p: Pipeline<unknown, unknown>) {
+    // Every delivery waiting out a store outage listens here until its wait ends (stop()
+    // must end it), so up to `concurrency` of them at once, besides the adapter's own few.
+    // Past Node's default of 10 it warned of a leak during every outage at concurrency > 10.
+    setMaxListeners(p.settings.concurrency + 10, this.stopping.signal);
+  }
+
+  async start(runtime: AdapterRuntime): Promise<void> {
+    if (this.state !== 'created') throw new ConsumerStateError(`start() called on a ${this.state} consumer`);
+    this.state = 'running';
+    const { adapter, store } = this.p;
+    try {
+      // Fail fast on a store that cannot work (unreachable, schema not migrated) rather
+      // than start fetching messages that could only be held and released.
+      await store.ping();
+      await adapter.start(runtime).catch((error: unknown) => {
+        // The client's own error (ECONNREFUSED, ENOTFOUND...) says neither broker nor address.
+        throw isOncelyError(error)
+          ? error
+          : new BrokerConnectionError(adapter.type, adapter.address, { cause: error });
+      });
+    } catch (error) {
+      this.state = 'stopped';
+      this.stopping.abort();
+      await adapter.close().catch(() => {});
+      throw error;
+    }
+  }
+
+  stop(): Promise<void> {
+    this.stopPromise ??= this.shutdown();
+    return this.stopPromise;
+  }
+
+  private async shutdown(): Promise<void> {
+    // Never started, or start() failed and already closed the adapter.
+    if (this.state === 'created' || this.state === 'stopped') {
+      this.state = 'stopped';
+      return;
+    }
+    const { adapter, log, settings } = this.p;
+    this.state = 'stopping';
+    this.stopping.abort();
+    this.wakeWaiters();
+    await adapter.stop().catch((error) => log.warn('adapter stop failed', { error }));
+    this.p.batcher?.drain();
+    if (!(await this.drained(settings.stopTimeoutMs))) {
+      log.warn('stop deadline passed with handlers in flight: aborting their signals', {
+        inFlight: this.inFlight,
+      });
+      for (const keeper of this.keepers.keys())
+        keeper.abort(new OncelyError('SHUTDOWN', 'consumer stop deadline passed'));
+    }
+    // The aborted runs still roll back, take back their counts and release their messages,
+    // through the store and the adapter: both stay open until every one has settled. Its
+    // own bound, not stopTimeoutMs: a short stop deadline must not cut a release short,
+    // which would leave the message invisible until its lease lapses.
+    const graceEnds = Date.now() + settings.stopGraceMs;
+    if (!(await this.drained(settings.stopGraceMs))) this.abandonUnsettled();
+    await settledWithin(
+      Promise.all(this.takeBacks).then(() => {}),
+      Math.max(0, graceEnds - Date.now()),
+    );
+    await adapter.close().catch((error) => log.warn('adapter close failed', { error }));
+    this.state = 'stopped';
+  }
+
+  /**
+   * The grace ran out with deliveries unsettled (a handler that ignores `ctx.signal`, a
+   * broker that does not answer): the adapter closes under them. Each is logged and
+   * counted now, since a settlement can no longer reach the broker; the broker hands the
+   * message out again once its lease lapses.
+   */
+  private abandonUnsettled(): void {
+    for (const { delivery, event } of this.keepers.values()) {
+      (delivery as Marked)[ABANDONED] = true;
+      const error = new OncelyError(
+        'SHUTDOWN',
+        `stopGraceMs (${this.p.settings.stopGraceMs} ms) passed before this delivery was settled: the adapter closes, and the broker redelivers the message after its lease`,
+      );
+      this.p.log.error('stop grace passed with a delivery unsettled: it returns after its lease', {
+        ...event,
+        error,
+      });
+      this.p.events.emit('ackFailed', { ...event, error });
+    }
+  }
+
+  private async drained(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.inFlight > 0 && Date.now() < deadline) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.min(50, deadline - Date.now()));
+        this.waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    return this.inFlight === 0;
+  }
+
+  /** Free slots once there are any (the adapter fetches that many); 0 once stopping. Waits out a store outage. */
+  async whenReady(): Promise<number> {
+    for (;;) {
+      if (this.state !== 'running') return 0;
+      const outage = this.p.guard.outage;
+      if (outage) {
+        await Promise.race([outage, this.nextWake()]);
+        continue;
+      }
+      const free = this.p.settings.concurrency - this.inFlight;
+      if (free > 0) return free;
+      await this.nextWake();
+    }
+  }
+
+  private nextWake(): Promise<void> {
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  wakeWaiters(): void {
+    // Runs after every delivery: no copy of an empty list.
+    if (this.waiters.length === 0) return;
+    for (const wake of this.waiters.splice(0)) wake();
+  }
+}

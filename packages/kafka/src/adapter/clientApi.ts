@@ -1,0 +1,112 @@
+/**
+ * The one small interface between the Kafka adapter and a Kafka client library: what
+ * the adapter needs of a group consumer, a dead-letter producer and an admin, and
+ * nothing else. `kafkajsClient.ts` and `platformaticClient.ts` implement it; a third
+ * client (Confluent's) is one more file of the same shape.
+ *
+ * Records cross it in kafkajs' record shape (`KafkaMessage`: offsets as decimal strings,
+ * headers as an object of Buffers), whatever the client: it is what `message.raw` has
+ * always held, and what the envelope and dead-letter code read.
+ */
+import type { Logger } from '@oncely/core';
+import type { KafkaMessage, Message } from 'kafkajs';
+import type { ResolvedKafkaConfig } from '../config.js';
+
+/** A consumed record (kafkajs' shape; a type only, kafkajs is not loaded for it). */
+export type KafkaRecord = KafkaMessage;
+/** A record to produce (kafkajs' shape). */
+export type OutgoingRecord = Message;
+
+/**
+ * Records of one partition handed to the adapter, in offset order, and what the adapter
+ * may do while it works through them. kafkajs' `EachBatchPayload` has this shape.
+ */
+export interface ClientBatch {
+  readonly batch: { readonly topic: string; readonly partition: number; readonly messages: KafkaRecord[] };
+  /** Marks the records up to `offset` done: they are not handed over again by this run. */
+  resolveOffset(offset: string): void;
+  /**
+   * Proves membership. Rejects with an error whose `type` is the Kafka error name
+   * (`REBALANCE_IN_PROGRESS`, `UNKNOWN_MEMBER_ID`, ...) when the group says so.
+   */
+  heartbeat(): Promise<void>;
+  /** Stops fetching this partition; the function returned resumes it. */
+  pause(): () => void;
+  /** The group moved on since this batch was fetched. */
+  isStale(): boolean;
+  /** The consumer still runs. */
+  isRunning(): boolean;
+}
+
+/** What the adapter hears from a running group consumer. */
+export interface GroupConsumerHandlers {
+  /** A new generation: the partitions of the topic this member now owns. */
+  onAssigned(partitions: number[]): void;
+  /** A heartbeat reached the coordinator. */
+  onHeartbeat(): void;
+  /** The consumer failed; `restart`: the client restarts it by itself. */
+  onCrash(error: Error, restart: boolean): void;
+  /** Records of one partition; a rejection is taken as a group error to rejoin on. */
+  eachBatch(batch: ClientBatch): Promise<void>;
+}
+
+/** A group consumer of one topic, manual commits only. */
+export interface GroupConsumer {
+  /** Connects, joins the group and starts handing over batches. */
+  run(handlers: GroupConsumerHandlers): Promise<void>;
+  /** Stops fetching every partition (stop()); never throws. */
+  pauseAll(): void;
+  /** Commits `next` as the group's offset of `partition`. */
+  commit(partition: number, next: bigint): Promise<void>;
+  /** Fetches `partition` from `offset` next (offsets mode); may be a no-op where the adapter skips instead. */
+  seek(partition: number, offset: string): void;
+  /** Leaves the group and closes the connections. */
+  disconnect(): Promise<void>;
+}
+
+/** Writes dead letters (acks from every in-sync replica, idempotent). */
+export interface DeadLetterProducer {
+  connect(): Promise<void>;
+  send(topic: string, records: OutgoingRecord[]): Promise<void>;
+  disconnect(): Promise<void>;
+}
+
+/** The admin calls the adapter makes at start and at assignment. */
+export interface ClusterAdmin {
+  connect(): Promise<void>;
+  /** Partition count of `topic`; rejects with KafkaTopicMissingError when it does not exist. */
+  topicPartitionCount(topic: string): Promise<number>;
+  topicExists(topic: string): Promise<boolean>;
+  /** Creates `topic` (a topic created meanwhile by someone else counts) and waits for its leaders. */
+  createTopic(topic: string, partitions: number): Promise<void>;
+  /** The group's committed next offsets of `topic` (absent: none). */
+  committedOffsets(groupId: string, topic: string): Promise<Map<number, bigint>>;
+  disconnect(): Promise<void>;
+}
+
+/** What the adapter builds its three clients with. */
+export interface ClientContext {
+  config: ResolvedKafkaConfig;
+  /** The runtime's logger: the client's own log lines go there. */
+  log: Logger;
+  /** The consumer's concurrency (kafkajs' partitionsConsumedConcurrently default). */
+  concurrency: number;
+}
+
+/** One Kafka client library behind the adapter. */
+export interface KafkaClientDriver {
+  /** 'kafkajs' | 'platformatic': for logs and errors. */
+  readonly name: string;
+  consumer(): GroupConsumer;
+  producer(): DeadLetterProducer;
+  admin(): ClusterAdmin;
+}
+
+/** An error carrying the Kafka error name in `type`, as kafkajs' errors do. */
+export function kafkaTypedError(type: string, cause: unknown): Error & { type: string } {
+  const error = new Error(`${type}: ${(cause as Error | undefined)?.message ?? String(cause)}`, {
+    cause,
+  }) as Error & { type: string };
+  error.type = type;
+  return error;
+}

@@ -1,0 +1,89 @@
+import { DeadLetters, failureGroupId, isOncelyError } from '@oncely/core';
+import { MemoryBroker } from '@oncely/memory';
+import { PostgresStore } from '@oncely/postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+// The broker-neutral part of DeadLetters (core): failure groups, selections, what a store without
+// a dead-letter log can still do. The broker side is tested per adapter on real brokers.
+
+describe('failureGroupId', () => {
+  it('groups errors that differ only in their numbers, and keeps reasons apart', () => {
+    const a = failureGroupId('invalid-body', 'Unexpected token b in JSON at position 12');
+    expect(a).toMatch(/^invalid-body:[0-9a-f]{8}$/);
+    expect(failureGroupId('invalid-body', 'Unexpected token b in JSON at position 40')).toBe(a);
+    expect(failureGroupId('invalid-body', 'Unexpected end of JSON input')).not.toBe(a);
+    const other = failureGroupId('max-attempts', 'Unexpected token b in JSON at position 12');
+    expect(other).not.toBe(a);
+    expect(other.split(':')[1]).toBe(a.split(':')[1]);
+    expect(failureGroupId('max-attempts', undefined)).toBe(failureGroupId('max-attempts', ''));
+  });
+});
+
+describe('DeadLetters on the memory broker', () => {
+  const broker = new MemoryBroker();
+  const store = PostgresStore.embedded();
+  const config = {
+    name: 'unit',
+    broker: { type: 'memory' as const, broker, queue: 'orders' },
+    store,
+    handler: async () => {},
+  };
+
+  beforeAll(async () => {
+    await store.migrate();
+    for (const [id, reason, detail] of [
+      ['a', 'invalid-body', 'at position 1'],
+      ['b', 'invalid-body', 'at position 22'],
+      ['c', 'max-attempts', 'failed 5 times; last error: boom'],
+    ] as const) {
+      await broker.send('orders', { id, body: {} });
+      const [delivery] = await broker.receive('orders');
+      await broker.deadLetter(delivery!.receipt, reason, detail);
+    }
+  }, 60_000); // the embedded PostgreSQL starts and migrates
+  afterAll(async () => {
+    broker.close();
+    await store.close();
+  });
+
+  it('lists groups largest first with counts and the numbers masked', async () => {
+    const dlq = await DeadLetters.open(config);
+    const { groups, letters } = await dlq.list();
+    expect(letters.map((l) => l.messageId)).toEqual(['a', 'b', 'c']);
+    expect(groups.map((g) => [g.reason, g.count, g.error])).toEqual([
+      ['invalid-body', 2, 'at position #'],
+      ['max-attempts', 1, 'failed # times; last error: boom'],
+    ]);
+  });
+
+  it('refuses IDs and a group together, reports IDs it does not hold, moves nothing on a dry run', async () => {
+    const dlq = await DeadLetters.open(config);
+    const both = await dlq.replay({ ids: ['a'], group: 'invalid-body' }).catch((e: unknown) => e);
+    expect(isOncelyError(both, 'CONFIG_INVALID')).toBe(true);
+    const dry = await dlq.replay({ ids: ['a', 'zzz'] }, { dryRun: true });
+    expect(dry).toEqual({
+      dryRun: true,
+      replayed: ['a'],
+      alreadyProcessed: [],
+      withoutId: 0,
+      notFound: ['zzz'],
+    });
+    expect(broker.deadLetters('orders')).toHaveLength(3);
+  });
+
+  it('without a deadLetterLog on the store: replay goes on, dry run and discard refuse', async () => {
+    // The same store, seen without its dead-letter log (as a store that has none).
+    const plain = new Proxy(store, {
+      get: (target, key) => (key === 'deadLetterLog' ? undefined : Reflect.get(target, key, target)),
+    });
+    const dlq = await DeadLetters.open({ ...config, store: plain });
+    const dry = await dlq.replay({ ids: ['c'] }, { dryRun: true }).catch((e: unknown) => e);
+    expect(isOncelyError(dry, 'CONFIG_INVALID')).toBe(true);
+    const discard = await dlq.discard({ ids: ['c'] }, { by: 'x' }).catch((e: unknown) => e);
+    expect(isOncelyError(discard, 'CONFIG_INVALID')).toBe(true);
+    expect(broker.deadLetters('orders')).toHaveLength(3);
+    expect(await dlq.replay({ ids: ['c'] })).toMatchObject({ replayed: ['c'] });
+    expect(broker.deadLetters('orders').map((d) => d.producerMessageId)).toEqual(['a', 'b']);
+    expect(broker.stats('orders').visible).toBe(1);
+  });
+});
