@@ -17,6 +17,7 @@ import {
   type Options,
 } from 'amqplib';
 import { ConfirmedPublisher } from './ConfirmedPublisher.js';
+import { closeQuietly } from './closeQuietly.js';
 import { consumerTimeoutFindings } from './consumerTimeout.js';
 import { DeliveryChannel } from './DeliveryChannel.js';
 import {
@@ -131,7 +132,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
       await this.openConsumerChannel(connection);
     } catch (error) {
       this.connection = undefined;
-      await connection.close().catch(() => {});
+      await closeQuietly(connection);
       throw error;
     }
   }
@@ -178,12 +179,13 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     current?.markClosed();
     // Close the consumer channel first: amqplib buffers frames per channel, and a
     // connection.close can reach the broker before acks still buffered on a channel, which
-    // the broker then drops (and redelivers those messages). channel.close() resolves after
-    // the broker's close-ok, which follows every frame sent before it on that channel.
-    if (current) await current.channel.close().catch(() => {});
-    await this.publisher?.channel.close().catch(() => {});
+    // the broker then drops (and redelivers those messages). The close resolves after the
+    // broker's close-ok, which follows every frame sent before it on that channel (or once
+    // the connection is gone, when the broker requeues what was unacked anyway).
+    if (current) await closeQuietly(current.channel);
+    if (this.publisher) await closeQuietly(this.publisher.channel);
     // Closing the connection closes what is left; the broker requeues whatever is unacked.
-    if (connection) await connection.close().catch(() => {});
+    if (connection) await closeQuietly(connection);
   }
 
   // ------------------------------------------------------------------------------------
@@ -195,7 +197,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
       this.options.connectionName ?? `oncely:${this.adapterOptions.consumerName}:${this.options.queue}`;
     const connection = await this.connectToAny(connectionName);
     if (this.closed) {
-      await connection.close().catch(() => {});
+      await closeQuietly(connection);
       throw new RabbitMqOperationError('connect', 'the adapter was closed while connecting');
     }
     this.connection = connection;
@@ -397,7 +399,7 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
         ),
         'consumer cancelled by the broker; re-creating it',
       );
-      void current.channel.close().catch(() => {});
+      void closeQuietly(current.channel);
       return;
     }
     const delivery = new RabbitMqDelivery(this, current, msg, toEnvelope(msg, this.rules));
@@ -614,7 +616,7 @@ async function withThrowawayChannel<T>(
   try {
     return await work(channel);
   } finally {
-    await channel.close().catch(() => {});
+    await closeQuietly(channel);
   }
 }
 

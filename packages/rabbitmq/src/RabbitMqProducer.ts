@@ -1,6 +1,7 @@
 import type { OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
 import { ConfigError } from '@oncely/core';
 import type { ChannelModel, ConfirmChannel } from 'amqplib';
+import { closeQuietly } from './closeQuietly.js';
 import { AMQP_ACCESS_REFUSED, amqpReplyCode, RabbitMqOperationError } from './errors.js';
 import type { PublishTarget } from './publish.js';
 import { publish } from './publish.js';
@@ -178,7 +179,7 @@ export function createRabbitMqProducer(
       channels.clear();
       if (!open) return;
       const opened = await open.catch(() => undefined);
-      await opened?.close().catch(() => {});
+      if (opened) await closeQuietly(opened);
     },
   };
 }

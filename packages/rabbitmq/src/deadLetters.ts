@@ -1,6 +1,7 @@
 import type { ConsumerConfig, DeadLetterSession, HeldDeadLetter } from '@oncely/core';
 import { type ChannelModel, type ConfirmChannel, connect, type GetMessage } from 'amqplib';
 import { ConfirmedPublisher } from './ConfirmedPublisher.js';
+import { closeQuietly } from './closeQuietly.js';
 import {
   ATTEMPTS_HEADER,
   CONSUMER_HEADER,
@@ -63,7 +64,7 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
     channel.on('error', () => {});
     await channel.checkQueue(options.deadLetterQueue);
   } catch (error) {
-    await connection.close().catch(() => {});
+    await closeQuietly(connection);
     throw new RabbitMqOperationError(
       'dead letters',
       `cannot open dead-letter queue '${options.deadLetterQueue}' (${errorText(error)})`,
@@ -124,14 +125,14 @@ class RabbitDeadLetterSession implements DeadLetterSession {
       // One basic.nack (multiple, requeue) for everything still held; the broker puts them
       // back in their positions (classic queues). Closing the channel would do the same.
       this.channel.nackAll(true);
-      // Waits for the broker to have taken the acks and nacks before the connection goes.
-      await this.channel.close();
     } catch {
-      // The channel is already gone (a failed publish closed it): the broker requeued
-      // everything it held, which is what the nack would have done.
-    } finally {
-      await this.connection.close().catch(() => {});
+      // The channel is already gone (a failed publish or a dropped connection closed it):
+      // the broker requeued everything it held, which is what the nack would have done.
     }
+    // Waits for the broker to have taken the acks and nacks before the connection goes,
+    // or for the connection's end (then the broker requeues what was held).
+    await closeQuietly(this.channel);
+    await closeQuietly(this.connection);
   }
 }
 

@@ -1,5 +1,6 @@
 import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
 import { type ChannelModel, connect } from 'amqplib';
+import { closeQuietly } from './closeQuietly.js';
 import { consumerTimeoutFindings, isAtLeast } from './consumerTimeout.js';
 import { AMQP_NOT_FOUND, amqpReplyCode } from './errors.js';
 import { parseBrokerOptions, type ResolvedOptions } from './options.js';
@@ -148,7 +149,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   } catch (error) {
     findings.push({ level: 'error', message: `checking RabbitMQ failed: ${errorText(error)}` });
   } finally {
-    await connection.close().catch(() => {});
+    await closeQuietly(connection);
   }
   return report;
 }
@@ -168,7 +169,7 @@ async function check<T>(
     if (amqpReplyCode(error) === AMQP_NOT_FOUND) return { ok: false, error: errorText(error) };
     throw error;
   } finally {
-    await channel.close().catch(() => {});
+    await closeQuietly(channel);
   }
 }
 
