@@ -14,13 +14,14 @@ import type { OpenedStore } from './stores.js';
 export const DLQ_USAGE = `  dlq list CONSUMER [--json]      the consumer's dead letters in failure groups (reason and
         [--config FILE]           error), each with its ID, last error, attempts, failure time
   dlq replay CONSUMER             move dead letters back to the consumer's queue under their
-        [--group G | --id ID ...] original IDs (all, a group or a reason, or these IDs), each
-        [--dry-run]               removed only after the broker confirmed the re-send;
-                                  --dry-run: which are processed already, which would run
+        [--group G | --id ID ...  original IDs (a group or a reason, these IDs, or all: the
+         | --all] [--dry-run]     default), each removed only after the broker confirmed the
+                                  re-send; --dry-run: which are processed already, which would run
   dlq discard CONSUMER --yes      remove dead letters for good, recorded first in the store
-        [--group G | --id ID ...] (ID, reason, who: $ONCELY_OPERATOR or the OS user, when)
-                                  exit 1 when an --id or --group is not in the DLQ;
-                                  2 without --yes, or when the config names another consumer
+        --group G | --id ID ...   (ID, reason, who: $ONCELY_OPERATOR or the OS user, when);
+        | --all                   every dead letter only with --all; exit 1 when an --id or
+                                  --group is not in the DLQ; 2 without --yes or a selection,
+                                  or when the config names another consumer
 `;
 
 /** What `checkArguments` read for `oncely dlq`. */
@@ -34,8 +35,8 @@ export interface DlqArguments {
 
 /**
  * Checks `dlq ACTION CONSUMER` and its options before the store is opened. Throws a
- * UsageError: unknown action, a missing consumer, `--group` with `--id`, a selection on
- * `list`, `discard` without `--yes`.
+ * UsageError: unknown action, a missing consumer, two of `--group`, `--id` and `--all`, a
+ * selection on `list`, `discard` without `--yes` or without a selection.
  *
  * @example
  * ```ts
@@ -44,7 +45,14 @@ export interface DlqArguments {
  */
 export function readDlqArgs(
   positionals: string[],
-  values: { group?: string; id?: string[]; json?: boolean; 'dry-run'?: boolean; yes?: boolean },
+  values: {
+    group?: string;
+    id?: string[];
+    all?: boolean;
+    json?: boolean;
+    'dry-run'?: boolean;
+    yes?: boolean;
+  },
 ): DlqArguments {
   const [action, consumer, extra] = positionals;
   if (action !== 'list' && action !== 'replay' && action !== 'discard') {
@@ -55,14 +63,22 @@ export function readDlqArgs(
   if (consumer === undefined) throw new UsageError(`${action} needs CONSUMER`);
   if (extra !== undefined) throw new UsageError(`unexpected argument '${extra}'`);
   const ids = values.id;
-  if (ids !== undefined && values.group !== undefined)
-    throw new UsageError('--group and --id exclude each other');
-  if (action === 'list' && (ids !== undefined || values.group !== undefined)) {
-    throw new UsageError('list takes no --group or --id (it shows everything)');
+  const selections = [ids !== undefined, values.group !== undefined, values.all === true].filter(Boolean);
+  if (action === 'list' && selections.length > 0) {
+    throw new UsageError('list takes no --group, --id or --all (it shows everything)');
   }
+  if (selections.length > 1) throw new UsageError('--group, --id and --all exclude each other');
   if (action !== 'replay' && values['dry-run']) throw new UsageError(`${action} takes no --dry-run`);
   if (action === 'discard' && !values.yes) {
     throw new UsageError('discard removes dead letters for good: pass --yes');
+  }
+  // A forgotten or mistyped --group/--id must not wipe the DLQ: everything is asked for by
+  // name. Replay keeps "no selection is all": it loses nothing (IDs kept, markers absorb
+  // copies already processed).
+  if (action === 'discard' && selections.length === 0) {
+    throw new UsageError(
+      'discard needs a selection: --group G, --id ID ... or, to discard every dead letter, --all',
+    );
   }
   return {
     action,

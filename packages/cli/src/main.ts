@@ -19,7 +19,8 @@ export interface CliIo {
 
 /**
  * Exit codes: 0 ok, 1 a check or command failed (`inspect`: no marker; `dlq replay|discard`:
- * an `--id` not in the DLQ), 2 bad usage (`dlq discard` without `--yes` included).
+ * an `--id` not in the DLQ), 2 bad usage (`dlq discard` without `--yes` or without a
+ * selection (`--group`, `--id` or `--all`) included).
  */
 export async function main(argv: string[], io: CliIo): Promise<number> {
   const [command, ...rest] = argv;
@@ -135,6 +136,7 @@ function parse(args: string[]) {
       json: { type: 'boolean' },
       group: { type: 'string' },
       id: { type: 'string', multiple: true },
+      all: { type: 'boolean' },
       yes: { type: 'boolean' },
     },
   });

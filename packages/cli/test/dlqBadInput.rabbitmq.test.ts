@@ -96,7 +96,7 @@ describe('oncely dlq: bad input (real RabbitMQ + PostgreSQL)', () => {
     const typo = await oncely(['replay', 'paymnets', '--dry-run'], { ONCELY_NAME: 'payments' });
     expect(typo.code).toBe(2);
     expect(typo.err).toContain("'payments'");
-    const discard = await oncely(['discard', 'paymnets', '--yes'], { ONCELY_NAME: 'payments' });
+    const discard = await oncely(['discard', 'paymnets', '--all', '--yes'], { ONCELY_NAME: 'payments' });
     expect(discard.code).toBe(2);
     expect(await depth(`${queue}.dlq`)).toBe(3);
     expect(await discardRows()).toBe(0);
@@ -122,5 +122,27 @@ describe('oncely dlq: bad input (real RabbitMQ + PostgreSQL)', () => {
       await cleanup.deleteExchange(`${emptyQueue}.dlx`).catch(() => {});
       await cleanup.close();
     }
+  }, 60_000);
+
+  // Last: its success path empties the DLQ.
+  it('discard with no selection is refused (exit 2, nothing removed): everything takes an explicit --all', async () => {
+    const forgotten = await oncely(['discard', 'payments', '--yes']);
+    expect(forgotten.code).toBe(2);
+    expect(forgotten.err).toContain('--all');
+    expect(await depth(`${queue}.dlq`)).toBe(3);
+    expect(await discardRows()).toBe(0);
+    // --all is a selection of its own: not with --group or --id, not on list.
+    expect((await oncely(['discard', 'payments', '--all', '--group', 'max-attempts', '--yes'])).code).toBe(2);
+    expect((await oncely(['replay', 'payments', '--all', '--id', 'm-0'])).code).toBe(2);
+    expect((await oncely(['list', 'payments', '--all'])).code).toBe(2);
+    // Replay keeps its default (everything; IDs kept, markers absorb copies) and takes --all too.
+    const dry = await oncely(['replay', 'payments', '--all', '--dry-run']);
+    expect(dry.code).toBe(0);
+    expect(await depth(`${queue}.dlq`)).toBe(3);
+    const all = await oncely(['discard', 'payments', '--all', '--yes']);
+    expect(all.code).toBe(0);
+    expect(all.out).toContain('discarded 3');
+    expect(await depth(`${queue}.dlq`)).toBe(0);
+    expect(await discardRows()).toBe(3);
   }, 60_000);
 });

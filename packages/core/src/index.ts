@@ -12,6 +12,8 @@ export type {
   ReplayReport,
 } from './deadLetters.js';
 export { DeadLetters, failureGroupId } from './deadLetters.js';
+export type { DiscardRow } from './discardRecord.js';
+export { toDiscardRecord } from './discardRecord.js';
 export type { OncelyErrorCode } from './errors.js';
 export {
   AdapterNotInstalledError,

@@ -84,6 +84,7 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
    * each concern's code is in src/store/ (claims, attempts, leases, offsets, retention, schema).
    */
   private readonly core: StoreCore;
+  private isClosed = false;
 
   constructor(options: PostgresStoreOptions) {
     if (typeof options !== 'object' || options === null)
@@ -394,17 +395,27 @@ export class PostgresStore implements IdempotencyStore<SqlClient> {
     return createPostgresHttpKeys(options.schema ?? this.schema, (work) => this.transaction(work));
   }
 
+  /** True once `close()` was called. A running relay checks it and stops. */
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
   /**
    * Closes what the store owns: the pool it created from `connectionString`, the PGlite it
-   * started. A `pool`, `pglite` or `transaction` you passed in stays yours.
+   * started. A `pool`, `pglite` or `transaction` you passed in stays yours. It also ends
+   * the store's `LISTEN` connections: an outbox relay still running stops (it emits one
+   * `error` saying the store was closed; its rows stay pending). Stop the relay first.
    *
    * @example
    * ```ts
+   * await relay.stop();
    * await consumer.stop();
    * await store.close();
    * ```
    */
   close(): Promise<void> {
+    // Before the driver closes: the relay, woken by its ended LISTEN, must see it.
+    this.isClosed = true;
     return this.core.driver.close();
   }
 }

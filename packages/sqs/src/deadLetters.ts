@@ -32,6 +32,9 @@ interface SqsHeld extends HeldDeadLetter {
   readonly message: SqsMessage;
 }
 
+/** Epoch ms by which a copy not given back is visible again (its receive's visibility timeout). */
+type HiddenUntil = number;
+
 /**
  * Opens a pass over the consumer's dead-letter queue (`broker.deadLetterQueueUrl`, else
  * the target of the queue's RedrivePolicy) for `DeadLetters` / `oncely dlq`.
@@ -84,7 +87,8 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
 
 class SqsDeadLetterSession implements DeadLetterSession {
   readonly defaultIdStrategy = { attribute: 'message-id' };
-  private readonly held = new Map<string, SqsHeld>();
+  /** What was read and not removed, by receipt handle: close() gives these back. */
+  private readonly held = new Map<string, HiddenUntil>();
 
   constructor(
     private readonly client: SQSClient,
@@ -101,6 +105,8 @@ class SqsDeadLetterSession implements DeadLetterSession {
   async read(): Promise<HeldDeadLetter[]> {
     const letters: SqsHeld[] = [];
     for (let waitSeconds = 0; ; ) {
+      // Before the call: the timeout runs from SQS's receive, never before this.
+      const hiddenUntil = Date.now() + DEAD_LETTER_SESSION_VISIBILITY_SECONDS * 1000;
       const out = await this.client.send(
         new ReceiveMessageCommand({
           QueueUrl: this.dlqUrl,
@@ -119,9 +125,8 @@ class SqsDeadLetterSession implements DeadLetterSession {
       }
       waitSeconds = 0;
       for (const message of messages) {
-        const letter = describe(message);
-        this.held.set(message.ReceiptHandle!, letter);
-        letters.push(letter);
+        this.held.set(message.ReceiptHandle!, hiddenUntil);
+        letters.push(describe(message));
       }
     }
   }
@@ -155,24 +160,51 @@ class SqsDeadLetterSession implements DeadLetterSession {
     this.held.delete(message.ReceiptHandle!);
   }
 
+  /**
+   * Gives back every copy read and not removed. Every batch is tried; a copy SQS refused
+   * (an entry in the answer's `Failed`, or a batch call that failed) stays hidden until its
+   * visibility timeout runs out, and close() then rejects saying how many and until when,
+   * so the operator does not take the queue for emptier than it is.
+   */
   async close(): Promise<void> {
+    const refused: Array<{ hiddenUntil: HiddenUntil; why: string }> = [];
+    const total = this.held.size;
     try {
-      const handles = [...this.held.keys()];
+      const handles = [...this.held.entries()];
       for (let i = 0; i < handles.length; i += 10) {
-        await this.client.send(
-          new ChangeMessageVisibilityBatchCommand({
-            QueueUrl: this.dlqUrl,
-            Entries: handles.slice(i, i + 10).map((handle, n) => ({
-              Id: String(n),
-              ReceiptHandle: handle,
-              VisibilityTimeout: 0,
-            })),
-          }),
-        );
+        const batch = handles.slice(i, i + 10);
+        try {
+          const out = await this.client.send(
+            new ChangeMessageVisibilityBatchCommand({
+              QueueUrl: this.dlqUrl,
+              Entries: batch.map(([handle], n) => ({
+                Id: String(n),
+                ReceiptHandle: handle,
+                VisibilityTimeout: 0,
+              })),
+            }),
+          );
+          for (const failure of out.Failed ?? []) {
+            const entry = batch[Number(failure.Id)];
+            if (entry)
+              refused.push({ hiddenUntil: entry[1], why: `${failure.Code}: ${failure.Message ?? ''}` });
+          }
+        } catch (error) {
+          const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+          for (const [, hiddenUntil] of batch) refused.push({ hiddenUntil, why });
+        }
       }
       this.held.clear();
     } finally {
       if (this.ownsClient) this.client.destroy();
+    }
+    if (refused.length > 0) {
+      const until = new Date(Math.max(...refused.map((r) => r.hiddenUntil))).toISOString();
+      throw new Error(
+        `could not give back ${refused.length} of ${total} dead letters to ${this.dlqUrl} ` +
+          `(${refused[0]!.why}): they stay hidden until their ${DEAD_LETTER_SESSION_VISIBILITY_SECONDS} s ` +
+          `visibility timeout runs out and are back by ${until}; nothing is lost`,
+      );
     }
   }
 }

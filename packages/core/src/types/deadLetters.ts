@@ -56,7 +56,10 @@ export interface DeadLetterSession {
   close(): Promise<void>;
 }
 
-/** A dead letter discarded by an operator, as the store records it before removing it. */
+/**
+ * A dead letter discarded by an operator, as the store records it before removing it.
+ * SQL stores read it back with `toDiscardRecord` (src/discardRecord.ts).
+ */
 export interface DiscardRecord {
   consumer: string;
   /** The message ID (absent for a dead letter without one, `missing-id`). */

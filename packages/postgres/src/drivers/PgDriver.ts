@@ -84,6 +84,13 @@ export class PgDriver implements StoreDriver {
   private readonly staleConnectionAttempts: number;
   /** BEGIN statements by lock timeout (see beginStatement). */
   private readonly begins = new Map<number | undefined, string>();
+  /**
+   * Ends each LISTEN connection held now (see listen): close() calls them, since a LISTEN
+   * client stays checked out until unsubscribed and pg's pool.end() waits for every one.
+   */
+  private readonly listenEnders = new Set<(error: unknown) => void>();
+  /** Set by close(): a LISTEN that was on its way then is ended as soon as it is taken. */
+  private closing = false;
   /** Idle clients that lose their connection (a database restart) emit 'error' on the pool; unhandled, that would crash the process. */
   private readonly onPoolError = (error: Error): void => {
     this.log.warn('idle PostgreSQL connection failed; the pool discards it', { error });
@@ -339,6 +346,10 @@ export class PgDriver implements StoreDriver {
   }
 
   async close(): Promise<void> {
+    // First: pool.end() would wait for ever for a LISTEN client nobody releases (a relay
+    // still running), and on a caller's pool it would stay checked out, LISTENing.
+    this.closing = true;
+    for (const end of [...this.listenEnders]) end(storeClosed());
     const pending = this.poolPromise;
     if (!pending) return;
     const pool = await pending.catch(() => undefined);
@@ -370,6 +381,7 @@ export class PgDriver implements StoreDriver {
     const onBroken = (error?: unknown) => {
       if (done) return;
       done = true;
+      this.listenEnders.delete(onBroken);
       events.removeListener('notification', onNotification);
       client.release(true);
       onLost(error ?? new StoreUnavailableError('the LISTEN connection ended'));
@@ -377,9 +389,13 @@ export class PgDriver implements StoreDriver {
     events.on('notification', onNotification);
     events.on('error', onBroken);
     events.on('end', onBroken);
+    // Ended by close() as a lost connection (destroyed, not UNLISTENed: no round trip
+    // that a dead database could hold up), so the subscriber hears of it.
+    this.listenEnders.add(onBroken);
     try {
       await client.query(`LISTEN ${quoteChannel(channel)}`);
     } catch (error) {
+      this.listenEnders.delete(onBroken);
       done = true;
       events.removeListener('notification', onNotification);
       events.removeListener('error', onBroken);
@@ -388,9 +404,11 @@ export class PgDriver implements StoreDriver {
       markFromStoreConnection(error);
       throw error;
     }
+    if (this.closing) onBroken(storeClosed());
     return async () => {
       if (done) return;
       done = true;
+      this.listenEnders.delete(onBroken);
       events.removeListener('notification', onNotification);
       events.removeListener('end', onBroken);
       try {
@@ -647,4 +665,9 @@ export function isModuleNotFound(error: unknown): boolean {
 /** A channel name as a quoted identifier (channels are fixed strings; quoted all the same). */
 export function quoteChannel(channel: string): string {
   return `"${channel.replaceAll('"', '""')}"`;
+}
+
+/** What a LISTEN subscriber hears when close() ended its connection. */
+function storeClosed(): StoreUnavailableError {
+  return new StoreUnavailableError('the store was closed; its LISTEN connection is ended');
 }

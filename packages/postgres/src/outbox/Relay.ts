@@ -204,6 +204,8 @@ export class Relay extends EventEmitter {
    */
   start(): Promise<void> {
     // Checked and set with no await in between: two concurrent calls cannot both pass.
+    if (this.store.closed)
+      return Promise.reject(new ConfigError('store', 'is closed; the relay cannot start'));
     if (this.running || this.starting) return Promise.reject(new ConfigError('relay', 'is already started'));
     this.stopping = false;
     const starting = this.begin().finally(() => {
@@ -297,6 +299,7 @@ export class Relay extends EventEmitter {
     let settleMs = SETTLE_START_MS;
     let errorMs = SETTLE_START_MS;
     while (!this.stopping) {
+      if (this.store.closed) return this.endOnStoreClosed();
       if (this.useListen && !this.listening) await this.subscribe();
       this.woken = false;
       let waitMs = this.pollIntervalMs;
@@ -316,6 +319,8 @@ export class Relay extends EventEmitter {
         }
         if (state.nextDueMs !== null) waitMs = Math.min(waitMs, Math.max(state.nextDueMs, 1));
       } catch (error) {
+        // The pool ended under the round (its rows stay pending): not a failure to retry.
+        if (this.store.closed) continue;
         this.log.warn('outbox relay round failed; retrying', { relay: this.name, error });
         this.emit('error', error);
         waitMs = errorMs;
@@ -323,6 +328,23 @@ export class Relay extends EventEmitter {
       }
       await this.sleep(waitMs);
     }
+  }
+
+  /**
+   * store.close() while the relay ran: every round would fail on the closed pool for
+   * ever, so the loop ends and says so once. A later stop() returns at once.
+   */
+  private async endOnStoreClosed(): Promise<void> {
+    const error = new ConfigError(
+      'store',
+      'was closed while the relay was running; the relay stopped (unsent rows stay pending). Call relay.stop() before store.close()',
+    );
+    this.log.error(`outbox relay stopped: the store ${error.problem}`, { relay: this.name });
+    this.emit('error', error);
+    const unlisten = this.unlisten;
+    this.unlisten = undefined;
+    this.listening = false;
+    await unlisten?.().catch(() => {});
   }
 
   /**
@@ -473,6 +495,8 @@ export class Relay extends EventEmitter {
         (error) => {
           this.listening = false;
           this.unlisten = undefined;
+          // Ended by store.close(): wake the loop, which stops (no reconnect to warn of).
+          if (this.store.closed) return this.wakeUp();
           this.log.warn('outbox relay lost its LISTEN connection; polling until it is back', {
             relay: this.name,
             error,

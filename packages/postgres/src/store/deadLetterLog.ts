@@ -1,4 +1,4 @@
-import type { DeadLetterLog, DiscardRecord } from '@oncely/core';
+import { type DeadLetterLog, type DiscardRow, toDiscardRecord } from '@oncely/core';
 import type { StoreCore } from './StoreCore.js';
 
 /**
@@ -38,28 +38,14 @@ export function createDeadLetterLog(core: StoreCore): DeadLetterLog {
     },
     async discards(consumer, messageId) {
       const rows = await core.run('deadLetterLog.discards()', async (client) => {
-        const { rows } = await client.query<{
-          reason: string;
-          error: string | null;
-          discarded_by: string;
-          discarded_at: Date;
-        }>(
+        const { rows } = await client.query<DiscardRow>(
           `SELECT reason, error, discarded_by, discarded_at FROM ${s}.dead_letter_discards
             WHERE consumer = $1 AND message_id = $2 ORDER BY id`,
           [consumer, messageId],
         );
         return rows;
       });
-      return rows.map(
-        (row): DiscardRecord => ({
-          consumer,
-          messageId,
-          reason: row.reason,
-          ...(row.error === null ? {} : { error: row.error }),
-          discardedBy: row.discarded_by,
-          discardedAt: new Date(row.discarded_at),
-        }),
-      );
+      return rows.map((row) => toDiscardRecord(consumer, messageId, row));
     },
   };
 }
