@@ -83,7 +83,11 @@ export function readDlqArgs(
   return {
     action,
     consumer,
-    selection: { ...(ids ? { ids } : {}), ...(values.group !== undefined ? { group: values.group } : {}) },
+    selection: {
+      ...(ids ? { ids } : {}),
+      ...(values.group !== undefined ? { group: values.group } : {}),
+      ...(values.all === true ? { all: true } : {}),
+    },
     json: values.json ?? false,
     dryRun: values['dry-run'] ?? false,
   };

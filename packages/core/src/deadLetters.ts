@@ -46,11 +46,17 @@ export interface FailureGroup {
   lastFailedAt?: Date;
 }
 
-/** What `replay`/`discard` act on: message IDs, a group (its ID or a reason), or everything. */
+/**
+ * What `replay`/`discard` act on: message IDs, a group (its ID or a reason), or everything
+ * (`all: true`; one of the three at most). `replay({})` is everything too; `discard` needs
+ * the selection by name, so a forgotten one cannot wipe the dead-letter queue.
+ */
 export interface DeadLetterSelection {
   ids?: readonly string[];
   /** A failure group's ID, or a reason (`max-attempts`): every group with that reason. */
   group?: string;
+  /** Every dead letter. */
+  all?: boolean;
 }
 
 /** What `replay` did (or, with `dryRun`, would do). */
@@ -169,6 +175,12 @@ export class DeadLetters {
    * who, when) in the store's discard log. Needs a store with a `deadLetterLog`.
    */
   async discard(selection: DeadLetterSelection, options: { by: string }): Promise<DiscardReport> {
+    if (selection.ids === undefined && selection.group === undefined && selection.all !== true) {
+      throw new ConfigError(
+        'selection',
+        'discard needs ids, a group, or all: true to remove every dead letter (an empty selection is refused)',
+      );
+    }
     const log = this.store.deadLetterLog;
     if (!log)
       throw new ConfigError('store', 'this store keeps no dead-letter discard log (no deadLetterLog)');
@@ -201,11 +213,19 @@ export class DeadLetters {
 
   private async withSession<T>(work: (session: DeadLetterSession) => Promise<T>): Promise<T> {
     const session = await this.openSession();
+    let result: T;
     try {
-      return await work(session);
-    } finally {
-      await session.close();
+      result = await work(session);
+    } catch (error) {
+      // The pass's own failure is what the caller must see; a close that fails as well
+      // (letters it could not give back) is attached to it, not put in its place.
+      await session.close().catch((closeError: unknown) => {
+        if (error instanceof Error) Object.assign(error, { closeError });
+      });
+      throw error;
     }
+    await session.close();
+    return result;
   }
 
   private describe(session: DeadLetterSession, letter: HeldDeadLetter): DeadLetterInfo {
@@ -228,9 +248,9 @@ export class DeadLetters {
   }
 
   private select(session: DeadLetterSession, letters: HeldDeadLetter[], selection: DeadLetterSelection) {
-    const { ids, group } = selection;
-    if (ids !== undefined && group !== undefined) {
-      throw new ConfigError('selection', 'give message IDs or a group, not both');
+    const { ids, group, all } = selection;
+    if ([ids !== undefined, group !== undefined, all === true].filter(Boolean).length > 1) {
+      throw new ConfigError('selection', 'give message IDs, a group or all, only one of them');
     }
     const wanted = ids === undefined ? undefined : new Set(ids);
     const chosen: Array<{ letter: HeldDeadLetter; info: DeadLetterInfo }> = [];

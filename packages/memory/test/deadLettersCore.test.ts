@@ -71,6 +71,47 @@ describe('DeadLetters on the memory broker', () => {
     expect(broker.deadLetters('orders')).toHaveLength(3);
   });
 
+  it('discard takes everything only when asked by name: {} is refused, { all: true } combines with nothing', async () => {
+    const dlq = await DeadLetters.open(config);
+    // A forgotten selection must not wipe the dead-letter queue (as `oncely dlq discard` without --all).
+    const none = await dlq.discard({}, { by: 'x' }).catch((e: unknown) => e);
+    expect(isOncelyError(none, 'CONFIG_INVALID')).toBe(true);
+    const both = await dlq
+      .discard({ all: true, group: 'invalid-body' }, { by: 'x' })
+      .catch((e: unknown) => e);
+    expect(isOncelyError(both, 'CONFIG_INVALID')).toBe(true);
+    const replayBoth = await dlq.replay({ all: true, ids: ['a'] }, { dryRun: true }).catch((e: unknown) => e);
+    expect(isOncelyError(replayBoth, 'CONFIG_INVALID')).toBe(true);
+    expect(broker.deadLetters('orders')).toHaveLength(3);
+    // Replay's "no selection is everything" stays, and { all: true } says the same.
+    expect((await dlq.replay({ all: true }, { dryRun: true })).replayed).toEqual(['a', 'b', 'c']);
+  });
+
+  it("a pass that fails and a close that fails too: the pass's own error is the one thrown", async () => {
+    const passError = new Error('the re-send was refused');
+    const module = {
+      openDeadLetters: async () => ({
+        name: 'orders.dlq',
+        defaultIdStrategy: 'producer' as const,
+        read: async () => [
+          { envelope: { body: '{}', attributes: {}, producerMessageId: 'a' }, reason: 'max-attempts' },
+        ],
+        replay: async () => {
+          throw passError;
+        },
+        remove: async () => {},
+        close: async () => {
+          throw new Error('could not give back 1 of 1 dead letters');
+        },
+      }),
+    };
+    const dlq = await DeadLetters.open(config, module as never);
+    const thrown = await dlq.replay({}).catch((e: unknown) => e);
+    expect(thrown).toBe(passError);
+    // The close's failure is not lost either: it is attached to the pass's error as closeError.
+    expect(String((thrown as Error & { closeError?: unknown }).closeError)).toContain('could not give back');
+  });
+
   it('without a deadLetterLog on the store: replay goes on, dry run and discard refuse', async () => {
     // The same store, seen without its dead-letter log (as a store that has none).
     const plain = new Proxy(store, {
