@@ -85,6 +85,9 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
       ...(settings.apiEndpoint ? { apiEndpoint: settings.apiEndpoint } : {}),
     });
   try {
+    // Resolves the project (PUBSUB_PROJECT_ID, the credentials): names below are then full
+    // ones, which the generated clients and the copies' source attributes need.
+    const clientOptions = await pubsub.getClientConfig();
     const source = await readSubscriptionFacts(pubsub, pubsub.subscription(settings.subscription).name);
     const deadName = pubsub.subscription(settings.deadLetterSubscription).name;
     if (deadName === source.name) {
@@ -96,10 +99,9 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
       settings.deadLetterTopic ?? source.deadLetterPolicy?.deadLetterTopic,
       pubsub,
     );
-    const options = pubsub.options as ConstructorParameters<typeof v1.SubscriberClient>[0];
     return new PubSubDeadLetterSession(
-      new v1.SubscriberClient(options),
-      new v1.PublisherClient(options),
+      new v1.SubscriberClient(clientOptions as ConstructorParameters<typeof v1.SubscriberClient>[0]),
+      new v1.PublisherClient(clientOptions as ConstructorParameters<typeof v1.PublisherClient>[0]),
       owned ? pubsub : undefined,
       source,
       dead.name,
@@ -194,6 +196,10 @@ class PubSubDeadLetterSession implements DeadLetterSession {
     this.held.delete(held.copyId);
   }
 
+  /**
+   * Gives back what is held. Best effort: a copy whose give-back fails comes back anyway
+   * when its lease ends, and a failure here would hide the result of the pass.
+   */
   async close(): Promise<void> {
     clearInterval(this.renewal);
     try {
@@ -201,6 +207,7 @@ class PubSubDeadLetterSession implements DeadLetterSession {
       await this.modAck(
         [...this.held.values()].map((h) => h.ackId),
         0,
+        true,
       );
       this.held.clear();
     } finally {
@@ -230,13 +237,15 @@ class PubSubDeadLetterSession implements DeadLetterSession {
     );
   }
 
-  private async modAck(ackIds: string[], seconds: number): Promise<void> {
+  /** `bestEffort`: a failed request does not stop the others (its copies come back at their deadline). */
+  private async modAck(ackIds: string[], seconds: number, bestEffort = false): Promise<void> {
     for (let i = 0; i < ackIds.length; i += IDS_PER_REQUEST) {
-      await this.subscriber.modifyAckDeadline({
+      const request = this.subscriber.modifyAckDeadline({
         subscription: this.name,
         ackIds: ackIds.slice(i, i + IDS_PER_REQUEST),
         ackDeadlineSeconds: seconds,
       });
+      await (bestEffort ? request.catch(() => {}) : request);
     }
   }
 
