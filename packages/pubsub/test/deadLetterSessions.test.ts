@@ -1,11 +1,16 @@
 import { type PubSub, v1 } from '@google-cloud/pubsub';
 import { DeadLetters, silentLogger } from '@oncely/core';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
-import { DEAD_LETTER_SESSION_LEASE_SECONDS, deadLetterAttributes, openDeadLetters } from '@oncely/pubsub';
+import {
+  DEAD_LETTER_ATTRIBUTES,
+  DEAD_LETTER_SESSION_LEASE_SECONDS,
+  deadLetterAttributes,
+  openDeadLetters,
+} from '@oncely/pubsub';
 import { waitFor } from '@oncely/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type AdapterFixture, adapterFixture, unique } from './fixture.js';
-import { adminClient, postgresAvailable, startEmulator } from './support.js';
+import { adminClient, PROJECT, postgresAvailable, startEmulator } from './support.js';
 
 // The Pub/Sub dead-letter session's paths besides the common one (deadLetters.test.ts):
 // copies the subscription's dead-letter policy forwarded, copies whose attributes were
@@ -198,4 +203,45 @@ describe.skipIf(!hasPostgres)('Pub/Sub dead-letter sessions (emulator + PostgreS
       await holding.stop();
     }
   }, 90_000);
+
+  it('finds the project from the environment when the config names none (no projectId, IDs only)', async () => {
+    const { fixture, deadTopic, deadSubscription, view } = await setUp('dlq-project');
+    await deadTopic.publishMessage({
+      data: Buffer.from('{}'),
+      attributes: {
+        'message-id': 'env-1',
+        [DEAD_LETTER_ATTRIBUTES.reason]: 'max-attempts',
+        [DEAD_LETTER_ATTRIBUTES.sourceMessageId]: '5',
+        [DEAD_LETTER_ATTRIBUTES.sourceSubscription]: fixture.subscriptionName,
+      },
+    });
+    await waitFor(() => view(deadSubscription.name).ready === 1, { description: 'the copy' });
+    const id = (name: string) => name.split('/').pop()!;
+    // The client's own resolution (GOOGLE_CLOUD_PROJECT here; the credentials in production).
+    const saved = process.env.GOOGLE_CLOUD_PROJECT;
+    process.env.GOOGLE_CLOUD_PROJECT = PROJECT;
+    try {
+      const dead = await DeadLetters.open({
+        name: 'dlq-project',
+        broker: {
+          type: 'pubsub',
+          apiEndpoint: emulator.address,
+          subscription: id(fixture.subscriptionName),
+          deadLetterTopic: id(deadTopic.name),
+          deadLetterSubscription: id(deadSubscription.name),
+        } as never,
+        store: fixture.store,
+        handler: async () => {},
+        logger: silentLogger,
+      });
+      expect((await dead.list()).letters).toMatchObject([{ messageId: 'env-1', reason: 'max-attempts' }]);
+      expect(await dead.replay({ ids: ['env-1'] })).toMatchObject({ replayed: ['env-1'] });
+      expect(view(fixture.subscriptionName).messages.map((m) => m.attributes)).toEqual([
+        { 'message-id': 'env-1' },
+      ]);
+    } finally {
+      if (saved === undefined) delete process.env.GOOGLE_CLOUD_PROJECT;
+      else process.env.GOOGLE_CLOUD_PROJECT = saved;
+    }
+  }, 60_000);
 });
