@@ -4,6 +4,7 @@ export type { PubSubConsumerOptions } from './createPubSubConsumer.js';
 export { createPubSubConsumer } from './createPubSubConsumer.js';
 export type { DeadLetterInfo } from './deadLetterCopy.js';
 export { cutUtf8, DEAD_LETTER_ATTRIBUTES, deadLetterAttributes, readDeadLetter } from './deadLetterCopy.js';
+export { DEAD_LETTER_SESSION_LEASE_SECONDS, openDeadLetters } from './deadLetters.js';
 export { diagnose } from './diagnose.js';
 export {
   ackIdErrors,

@@ -65,6 +65,14 @@ export interface PubSubBrokerConfig {
    */
   deadLetterTopic?: string;
   /**
+   * A pull subscription on the dead-letter topic, through which `oncely dlq` (`DeadLetters`)
+   * reads the dead letters (a topic cannot be read). The consumer itself never uses it.
+   * Create it with the dead-letter topic, before anything is dead-lettered: a subscription
+   * receives only what is published after it exists. No message ordering, no dead-letter
+   * policy of its own. ID or full name. @default none: `oncely dlq` refuses without it
+   */
+  deadLetterSubscription?: string;
+  /**
    * How long the lease keeper renews a delivery's ack deadline, from when the delivery is
    * handed to the consumer. At `handlerTimeoutMs` the keeper aborts `ctx.signal` but goes
    * on renewing, so that a handler that stops rolls back and is retried under a lease
@@ -94,6 +102,7 @@ export interface PubSubSettings {
   maxStreams: number;
   maxDeferredMessages?: number;
   deadLetterTopic?: string;
+  deadLetterSubscription?: string;
   maxExtensionMs?: number;
   connectTimeoutMs: number;
 }
@@ -108,6 +117,7 @@ const KNOWN_OPTIONS = new Set([
   'maxStreams',
   'maxDeferredMessages',
   'deadLetterTopic',
+  'deadLetterSubscription',
   'maxExtensionMs',
   'connectTimeoutMs',
 ]);
@@ -153,6 +163,16 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
       `must be a topic ID or projects/{project}/topics/{id}, got ${show(deadLetterTopic)}`,
     );
   }
+  const deadLetterSubscription = broker.deadLetterSubscription;
+  if (
+    deadLetterSubscription !== undefined &&
+    (typeof deadLetterSubscription !== 'string' || !validName(SUBSCRIPTION_NAME, deadLetterSubscription))
+  ) {
+    throw new ConfigError(
+      'broker.deadLetterSubscription',
+      `must be a subscription ID or projects/{project}/subscriptions/{id}, got ${show(deadLetterSubscription)}`,
+    );
+  }
   for (const field of ['projectId', 'apiEndpoint'] as const) {
     const value = broker[field];
     if (value !== undefined && (typeof value !== 'string' || value === '')) {
@@ -191,6 +211,7 @@ export function parsePubSubConfig(broker: Record<string, unknown>): PubSubSettin
     maxStreams: integer(broker.maxStreams, 1, 20, 'broker.maxStreams') ?? 1,
     maxDeferredMessages: integer(broker.maxDeferredMessages, 0, 10_000, 'broker.maxDeferredMessages'),
     deadLetterTopic: deadLetterTopic as string | undefined,
+    deadLetterSubscription: deadLetterSubscription as string | undefined,
     maxExtensionMs: integer(broker.maxExtensionMs, 1, 7 * 24 * 3_600_000, 'broker.maxExtensionMs'),
     connectTimeoutMs: integer(broker.connectTimeoutMs, 1, 600_000, 'broker.connectTimeoutMs') ?? 15_000,
   };

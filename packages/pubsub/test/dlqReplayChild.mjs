@@ -1,0 +1,15 @@
+// Child process of deadLetterCrash.test.ts: replays every dead letter of the consumer in
+// $DLQ_CHILD (JSON: connectionString, schema, config) and prints one line per letter back
+// in the source, so the parent can SIGKILL it half-way. Plain JavaScript on bare Node.
+import { DeadLetters } from '@oncely/core';
+import { PostgresStore } from '@oncely/postgres';
+
+const { connectionString, schema, config } = JSON.parse(process.env.DLQ_CHILD ?? '{}');
+const store = new PostgresStore({ connectionString, schema, poolMax: 2 });
+const dlq = await DeadLetters.open({ ...config, store, handler: async () => {} });
+const report = await dlq.replay(
+  {},
+  { onReplayed: (letter) => process.stdout.write(`replayed ${letter.messageId}\n`) },
+);
+process.stdout.write(`done ${report.replayed.length + report.alreadyProcessed.length}\n`);
+await store.close();
