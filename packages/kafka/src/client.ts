@@ -1,16 +1,16 @@
 import type { Envelope, ProcessingMode } from '@oncely/core';
-import kafkajs, { type Kafka as KafkaClient, type KafkaConfig } from 'kafkajs';
+import type { Kafka as KafkaClient, KafkaConfig } from 'kafkajs';
 import type { ResolvedKafkaConfig } from './config.js';
+import { kafkajsModule } from './kafkajsModule.js';
+import { KAFKAJS_LOG_LEVEL } from './kafkaLogger.js';
 import { MESSAGE_ID_HEADER } from './send.js';
 
-const { Kafka, logLevel } = kafkajs;
-
 const KAFKAJS_LOG_LEVELS = {
-  nothing: logLevel.NOTHING,
-  error: logLevel.ERROR,
-  warn: logLevel.WARN,
-  info: logLevel.INFO,
-  debug: logLevel.DEBUG,
+  nothing: KAFKAJS_LOG_LEVEL.NOTHING,
+  error: KAFKAJS_LOG_LEVEL.ERROR,
+  warn: KAFKAJS_LOG_LEVEL.WARN,
+  info: KAFKAJS_LOG_LEVEL.INFO,
+  debug: KAFKAJS_LOG_LEVEL.DEBUG,
 } as const;
 
 /**
@@ -27,6 +27,7 @@ export function buildKafkaClient(
   config: ResolvedKafkaConfig,
   overrides: Partial<KafkaConfig> = {},
 ): KafkaClient {
+  const { Kafka } = kafkajsModule();
   return new Kafka({
     clientId: config.clientId,
     brokers: config.brokers,
@@ -56,7 +57,7 @@ export function toolClient(config: ResolvedKafkaConfig, tool: string): KafkaClie
     (config.kafka as KafkaClient | undefined) ??
     buildKafkaClient(config, {
       clientId: `${config.clientId}-${tool}`,
-      logLevel: logLevel.NOTHING,
+      logLevel: KAFKAJS_LOG_LEVEL.NOTHING,
       retry: { retries: 1 },
     })
   );

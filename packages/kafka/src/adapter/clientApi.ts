@@ -9,7 +9,7 @@
  * always held, and what the envelope and dead-letter code read.
  */
 import type { Logger } from '@oncely/core';
-import type { KafkaMessage, Message } from 'kafkajs';
+import type { KafkaMessage, Message, RecordMetadata } from 'kafkajs';
 import type { ResolvedKafkaConfig } from '../config.js';
 
 /** A consumed record (kafkajs' shape; a type only, kafkajs is not loaded for it). */
@@ -64,11 +64,30 @@ export interface GroupConsumer {
   disconnect(): Promise<void>;
 }
 
-/** Writes dead letters (acks from every in-sync replica, idempotent). */
-export interface DeadLetterProducer {
+/**
+ * Writes records with acks from every in-sync replica: dead letters, `send()` and the
+ * outbox producer. A record's partition is its `partition`, else Kafka's Java (murmur2)
+ * partitioner of its key on every client, so a key keeps its partition (and its order)
+ * whichever client wrote it. Rejects with an error whose `type` is the Kafka error name
+ * (`MESSAGE_TOO_LARGE`, ...) and whose `retriable` says whether a retry may succeed.
+ */
+export interface RecordProducer {
   connect(): Promise<void>;
-  send(topic: string, records: OutgoingRecord[]): Promise<void>;
+  /** `timeoutMs`: how long the broker may wait for the in-sync replicas. */
+  send(topic: string, records: OutgoingRecord[], options?: { timeoutMs?: number }): Promise<SentRecord[]>;
   disconnect(): Promise<void>;
+}
+
+/** Where records went (kafkajs' `RecordMetadata`: one entry per partition written). */
+export type SentRecord = RecordMetadata;
+
+/** Writes dead letters (idempotent). */
+export type DeadLetterProducer = RecordProducer;
+
+/** How a driver's own producer is made. */
+export interface RecordProducerOptions {
+  /** Let the broker create a topic a record is sent to (when it allows that). @default false */
+  allowAutoTopicCreation?: boolean;
 }
 
 /** The admin calls the adapter makes at start and at assignment. */
@@ -81,6 +100,8 @@ export interface ClusterAdmin {
   createTopic(topic: string, partitions: number): Promise<void>;
   /** The group's committed next offsets of `topic` (absent: none). */
   committedOffsets(groupId: string, topic: string): Promise<Map<number, bigint>>;
+  /** The topic's `max.message.bytes`; rejects when it cannot be read (a missing topic, no Describe permission). */
+  maxMessageBytes(topic: string): Promise<number>;
   disconnect(): Promise<void>;
 }
 
@@ -98,7 +119,8 @@ export interface KafkaClientDriver {
   /** 'kafkajs' | 'platformatic': for logs and errors. */
   readonly name: string;
   consumer(): GroupConsumer;
-  producer(): DeadLetterProducer;
+  /** An idempotent producer of its own (connect() before use, disconnect() after). */
+  producer(options?: RecordProducerOptions): RecordProducer;
   admin(): ClusterAdmin;
 }
 

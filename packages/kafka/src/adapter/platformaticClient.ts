@@ -19,21 +19,21 @@
  *   none came for a whole session, this member leaves the group (its partitions move, as
  *   they do when kafkajs stops heartbeating) and joins again once its batches ended.
  */
-import { Admin, Consumer, type Message, type MessagesStream, Producer } from '@platformatic/kafka';
+import { Admin, ConfigResourceTypes, Consumer, type Message, type MessagesStream } from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
 import { KafkaTopicMissingError } from '../errors.js';
 import {
   type ClientBatch,
   type ClientContext,
   type ClusterAdmin,
-  type DeadLetterProducer,
   type GroupConsumer,
   type GroupConsumerHandlers,
   type KafkaClientDriver,
   type KafkaRecord,
   kafkaTypedError,
-  type OutgoingRecord,
 } from './clientApi.js';
+import { baseOptions, kafkaErrorName, typed } from './platformaticOptions.js';
+import { ownPlatformaticProducer } from './platformaticProducer.js';
 
 /** Above this many records held in the queues, the stream stops fetching until half are done. */
 const MAX_BUFFERED = 2000;
@@ -52,56 +52,9 @@ export function platformaticDriver(context: ClientContext): KafkaClientDriver {
   return {
     name: '@platformatic/kafka',
     consumer: () => new PlatformaticGroupConsumer(context),
-    producer: () => platformaticProducer(context.config),
+    producer: (options) => ownPlatformaticProducer(context.config, options),
     admin: () => platformaticAdmin(context.config),
   };
-}
-
-/** Connection options shared by the three clients, from the `broker` section. */
-function baseOptions(config: ResolvedKafkaConfig, clientId: string) {
-  const sasl = config.sasl as { mechanism?: string; username?: string; password?: string } | undefined;
-  return {
-    clientId,
-    bootstrapBrokers: config.brokers,
-    connectTimeout: config.connectionTimeout,
-    requestTimeout: config.requestTimeout,
-    timeout: config.requestTimeout,
-    ...(config.retry?.retries !== undefined ? { retries: config.retry.retries } : {}),
-    ...(config.retry?.initialRetryTime !== undefined ? { retryDelay: config.retry.initialRetryTime } : {}),
-    ...(config.ssl ? { tls: config.ssl === true ? {} : (config.ssl as object) } : {}),
-    ...(sasl
-      ? {
-          sasl: {
-            ...sasl,
-            // kafkajs spells mechanisms in lower case ('scram-sha-256'), @platformatic/kafka in upper.
-            mechanism: String(sasl.mechanism ?? 'plain').toUpperCase(),
-          } as never,
-        }
-      : {}),
-    ...(config.rackId !== undefined ? { clientRack: config.rackId } : {}),
-    autocreateTopics: false,
-  };
-}
-
-/** The Kafka error name (`apiId`) of an error of @platformatic/kafka, or of one it wraps. */
-export function kafkaErrorName(error: unknown, depth = 0): string | undefined {
-  if (error === null || typeof error !== 'object' || depth > 5) return undefined;
-  const e = error as { apiId?: unknown; errors?: unknown; cause?: unknown; type?: unknown };
-  if (typeof e.apiId === 'string') return e.apiId;
-  if (typeof e.type === 'string') return e.type;
-  if (Array.isArray(e.errors)) {
-    for (const inner of e.errors) {
-      const name = kafkaErrorName(inner, depth + 1);
-      if (name !== undefined) return name;
-    }
-  }
-  return kafkaErrorName(e.cause, depth + 1);
-}
-
-/** The error with the Kafka error name in `type` (what the adapter classifies on), else itself. */
-function typed(error: unknown): unknown {
-  const name = kafkaErrorName(error);
-  return name === undefined ? error : kafkaTypedError(name, error);
 }
 
 /** One partition's records not done yet, in offset order. */
@@ -484,54 +437,6 @@ function toKafkaRecord(message: Message<Buffer, Buffer, Buffer, Buffer>): KafkaR
   } as KafkaRecord;
 }
 
-function toBuffer(value: Buffer | string | null | undefined): Buffer | undefined {
-  if (value === null || value === undefined) return undefined;
-  return typeof value === 'string' ? Buffer.from(value) : value;
-}
-
-function platformaticProducer(config: ResolvedKafkaConfig): DeadLetterProducer {
-  // Idempotent: a retried send after a lost acknowledgement does not write the dead letter twice.
-  const producer = new Producer({
-    ...baseOptions(config, `${config.clientId}-dlq`),
-    idempotent: true,
-    acks: -1,
-  });
-  return {
-    // Connects on the first send.
-    connect: async () => {},
-    async send(topic, records: OutgoingRecord[]) {
-      try {
-        await producer.send({
-          acks: -1,
-          messages: records.map((record) => {
-            // A Map of Buffers: with an object, the default serialisers get the names as
-            // strings and the send fails (an idempotent producer's send never settles then).
-            const headers = new Map<Buffer, Buffer>();
-            for (const [name, value] of Object.entries(record.headers ?? {})) {
-              for (const one of Array.isArray(value) ? value : [value]) {
-                const buffer = toBuffer(one as Buffer | string | undefined);
-                if (buffer !== undefined) headers.set(Buffer.from(name), buffer);
-              }
-            }
-            const key = toBuffer(record.key);
-            const value = toBuffer(record.value);
-            return {
-              topic,
-              ...(key !== undefined ? { key } : {}),
-              ...(value !== undefined ? { value } : {}),
-              ...(record.partition !== undefined ? { partition: record.partition } : {}),
-              headers,
-            };
-          }),
-        });
-      } catch (error) {
-        throw typed(error);
-      }
-    },
-    disconnect: () => producer.close(),
-  };
-}
-
 function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
   const admin = new Admin(baseOptions(config, `${config.clientId}-admin`));
   const partitionCount = async (topic: string, forceUpdate = false) => {
@@ -584,6 +489,18 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
         for (const p of t.partitions) committed.set(p.partitionIndex, p.committedOffset);
       }
       return committed;
+    },
+    async maxMessageBytes(topic) {
+      const [described] = await admin.describeConfigs({
+        resources: [
+          {
+            resourceType: ConfigResourceTypes.TOPIC,
+            resourceName: topic,
+            configurationKeys: ['max.message.bytes'],
+          },
+        ],
+      });
+      return Number(described?.configs.find((c) => c.name === 'max.message.bytes')?.value);
     },
     disconnect: () => admin.close(),
   };
