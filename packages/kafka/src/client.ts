@@ -42,28 +42,6 @@ export function buildKafkaClient(
 }
 
 /**
- * The client a tool (`diagnose`, `findDeadLetters`) talks to the cluster with: your own
- * `broker.kafka` when you gave one (its brokers, TLS and SASL are the ones the consumer uses,
- * and `brokers` may be absent), else one built from the options under a client ID of its
- * own, silent, retrying once so that an unreachable cluster fails fast.
- *
- * @example
- * ```ts
- * const admin = toolClient(resolveKafkaConfig(broker, 'payments'), 'doctor').admin();
- * ```
- */
-export function toolClient(config: ResolvedKafkaConfig, tool: string): KafkaClient {
-  return (
-    (config.kafka as KafkaClient | undefined) ??
-    buildKafkaClient(config, {
-      clientId: `${config.clientId}-${tool}`,
-      logLevel: KAFKAJS_LOG_LEVEL.NOTHING,
-      retry: { retries: 1 },
-    })
-  );
-}
-
-/**
  * The message ID the Kafka adapter reads by default: the `message-id` header. In
  * `offsets` mode the record's offset is its identity (the stored offset, not the ID,
  * decides whether it was applied), so a record without the header gets

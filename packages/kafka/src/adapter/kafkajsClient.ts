@@ -19,6 +19,7 @@ import type {
   RecordProducerOptions,
 } from './clientApi.js';
 import { kafkajsRecordProducer } from './kafkajsProducer.js';
+import { kafkajsScanTopic } from './kafkajsScan.js';
 
 export function kafkajsDriver(context: ClientContext): KafkaClientDriver {
   const { config } = context;
@@ -30,6 +31,7 @@ export function kafkajsDriver(context: ClientContext): KafkaClientDriver {
     consumer: () => new KafkajsGroupConsumer(kafka, context),
     producer: (options) => kafkajsProducer(kafka, context, options),
     admin: () => kafkajsAdmin(kafka.admin()),
+    scanTopic: (scan) => kafkajsScanTopic(kafka, scan),
   };
 }
 
@@ -160,6 +162,26 @@ function kafkajsAdmin(admin: Admin): ClusterAdmin {
       return Number(
         resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue,
       );
+    },
+    async describeCluster() {
+      const cluster = await admin.describeCluster();
+      return { brokers: cluster.brokers.length, controller: cluster.controller };
+    },
+    async partitionOffsets(topic) {
+      return (await admin.fetchTopicOffsets(topic)).map(({ partition, low, high }) => ({
+        partition,
+        low: BigInt(low),
+        high: BigInt(high),
+      }));
+    },
+    async groupState(groupId) {
+      const group = (await admin.describeGroups([groupId])).groups[0];
+      return group && group.state !== 'Dead'
+        ? { state: group.state, members: group.members.length }
+        : undefined;
+    },
+    deleteGroup: async (groupId) => {
+      await admin.deleteGroups([groupId]);
     },
     disconnect: () => admin.disconnect(),
   };

@@ -1,3 +1,5 @@
+import { silentLogger } from '@oncely/core';
+import type { ResolvedKafkaConfig } from '../config.js';
 import type { ClientContext, KafkaClientDriver } from './clientApi.js';
 import { kafkajsDriver } from './kafkajsClient.js';
 
@@ -20,4 +22,18 @@ async function loadPlatformatic(): Promise<typeof import('./platformaticClient.j
       { cause: error },
     );
   }
+}
+
+/**
+ * The driver a tool (`diagnose`, `findDeadLetters`) talks to the cluster with, on
+ * `broker.client`: your own `broker.kafka` when you gave one, else clients built from the
+ * options under a client ID of their own, silent, retrying once so that an unreachable
+ * cluster fails fast.
+ */
+export function toolDriver(config: ResolvedKafkaConfig, tool: string): Promise<KafkaClientDriver> {
+  return loadDriver({
+    config: { ...config, clientId: `${config.clientId}-${tool}`, logLevel: 'nothing', retry: { retries: 1 } },
+    log: silentLogger,
+    concurrency: 1,
+  });
 }

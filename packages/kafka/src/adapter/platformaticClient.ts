@@ -19,7 +19,14 @@
  *   none came for a whole session, this member leaves the group (its partitions move, as
  *   they do when kafkajs stops heartbeating) and joins again once its batches ended.
  */
-import { Admin, ConfigResourceTypes, Consumer, type Message, type MessagesStream } from '@platformatic/kafka';
+import {
+  Admin,
+  ConfigResourceTypes,
+  Consumer,
+  ListOffsetTimestamps,
+  type Message,
+  type MessagesStream,
+} from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
 import { KafkaTopicMissingError } from '../errors.js';
 import {
@@ -32,8 +39,9 @@ import {
   type KafkaRecord,
   kafkaTypedError,
 } from './clientApi.js';
-import { baseOptions, kafkaErrorName, typed } from './platformaticOptions.js';
+import { baseOptions, kafkaErrorName, toKafkaRecord, typed } from './platformaticOptions.js';
 import { ownPlatformaticProducer } from './platformaticProducer.js';
+import { platformaticScanTopic } from './platformaticScan.js';
 
 /** Above this many records held in the queues, the stream stops fetching until half are done. */
 const MAX_BUFFERED = 2000;
@@ -54,6 +62,7 @@ export function platformaticDriver(context: ClientContext): KafkaClientDriver {
     consumer: () => new PlatformaticGroupConsumer(context),
     producer: (options) => ownPlatformaticProducer(context.config, options),
     admin: () => platformaticAdmin(context.config),
+    scanTopic: (scan) => platformaticScanTopic(context.config, scan),
   };
 }
 
@@ -419,24 +428,6 @@ class PlatformaticGroupConsumer implements GroupConsumer {
   }
 }
 
-/** A record of @platformatic/kafka in kafkajs' shape (what the envelope and dead letters read). */
-function toKafkaRecord(message: Message<Buffer, Buffer, Buffer, Buffer>): KafkaRecord {
-  const headers: Record<string, Buffer | Buffer[]> = {};
-  for (const [key, value] of message.headerEntries) {
-    const name = key.toString('utf8');
-    const seen = headers[name];
-    headers[name] = seen === undefined ? value : Array.isArray(seen) ? [...seen, value] : [seen, value];
-  }
-  return {
-    key: message.key ?? null,
-    value: message.value ?? null,
-    timestamp: message.timestamp.toString(),
-    attributes: 0,
-    offset: message.offset.toString(),
-    headers,
-  } as KafkaRecord;
-}
-
 function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
   const admin = new Admin(baseOptions(config, `${config.clientId}-admin`));
   const partitionCount = async (topic: string, forceUpdate = false) => {
@@ -502,6 +493,54 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
       });
       return Number(described?.configs.find((c) => c.name === 'max.message.bytes')?.value);
     },
+    async describeCluster() {
+      const metadata = await admin.metadata({ topics: [], forceUpdate: true });
+      return { brokers: metadata.brokers.size, controller: metadata.controllerId };
+    },
+    async partitionOffsets(topic) {
+      const count = (await partitionCount(topic, true))?.partitionsCount ?? 0;
+      const at = async (timestamp: bigint) => {
+        const [listed] = await admin.listOffsets({
+          topics: [
+            {
+              name: topic,
+              partitions: Array.from({ length: count }, (_, partitionIndex) => ({
+                partitionIndex,
+                timestamp,
+              })),
+            },
+          ],
+        });
+        return new Map(listed?.partitions.map((p) => [p.partitionIndex, p.offset]) ?? []);
+      };
+      const [low, high] = await Promise.all([
+        at(ListOffsetTimestamps.EARLIEST),
+        at(ListOffsetTimestamps.LATEST),
+      ]);
+      return Array.from({ length: count }, (_, partition) => ({
+        partition,
+        low: low.get(partition) ?? 0n,
+        high: high.get(partition) ?? 0n,
+      }));
+    },
+    async groupState(groupId) {
+      const group = (await admin.describeGroups({ groups: [groupId] })).get(groupId);
+      const state = group === undefined ? undefined : kafkajsGroupState(group.state);
+      return group && state !== 'Dead' && state !== 'Unknown'
+        ? { state: state!, members: group.members.size }
+        : undefined;
+    },
+    deleteGroup: (groupId) => admin.deleteGroups({ groups: [groupId] }),
     disconnect: () => admin.close(),
   };
+}
+
+/** A group state as kafkajs spells it: 'STABLE' or 'Stable' (by protocol version) becomes 'Stable'. */
+function kafkajsGroupState(state: string): string {
+  if (!/^[A-Z_]+$/.test(state)) return state;
+  return state
+    .toLowerCase()
+    .split('_')
+    .map((word) => word.charAt(0).toUpperCase() + word.slice(1))
+    .join('');
 }

@@ -3,8 +3,9 @@
  * section, and its errors in kafkajs' terms (`type`: the Kafka error name, `retriable`).
  * Loads nothing of @platformatic/kafka itself.
  */
+import type { Message } from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
-import { kafkaTypedError } from './clientApi.js';
+import { type KafkaRecord, kafkaTypedError } from './clientApi.js';
 
 /** Connection options shared by the three clients, from the `broker` section. */
 export function baseOptions(config: ResolvedKafkaConfig, clientId: string) {
@@ -62,4 +63,22 @@ export function canRetry(error: unknown, depth = 0): boolean {
   if (e.canRetry === true) return true;
   if (Array.isArray(e.errors) && e.errors.some((inner) => canRetry(inner, depth + 1))) return true;
   return canRetry(e.cause, depth + 1);
+}
+
+/** A record of @platformatic/kafka in kafkajs' shape (what the envelope and dead letters read). */
+export function toKafkaRecord(message: Message<Buffer, Buffer, Buffer, Buffer>): KafkaRecord {
+  const headers: Record<string, Buffer | Buffer[]> = {};
+  for (const [key, value] of message.headerEntries) {
+    const name = key.toString('utf8');
+    const seen = headers[name];
+    headers[name] = seen === undefined ? value : Array.isArray(seen) ? [...seen, value] : [seen, value];
+  }
+  return {
+    key: message.key ?? null,
+    value: message.value ?? null,
+    timestamp: message.timestamp.toString(),
+    attributes: 0,
+    offset: message.offset.toString(),
+    headers,
+  } as KafkaRecord;
 }
