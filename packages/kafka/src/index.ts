@@ -27,5 +27,5 @@ export type {
   PlatformaticProducerLike,
 } from './send.js';
 export { MESSAGE_ID_HEADER, send } from './send.js';
-export type { CreateTopicsOptions } from './topics.js';
+export type { CreateTopicsOptions, PlatformaticAdminLike } from './topics.js';
 export { createTopics } from './topics.js';

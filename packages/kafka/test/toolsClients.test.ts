@@ -1,12 +1,13 @@
 /**
  * The tools on the client library under test (ONCELY_KAFKA_CLIENT, see
  * support/harness.ts), on the real broker: findDeadLetters (`oncely inspect`) and diagnose
- * (`oncely doctor`) with `broker.client` run on that client and answer the same on both.
+ * (`oncely doctor`) with `broker.client` run on that client and answer the same on both,
+ * and createTopics takes that client's admin.
  * On platformatic, a child process that cannot load kafkajs runs both too.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { deadLetterRecord, diagnose, findDeadLetters } from '@oncely/kafka';
+import { createTopics, deadLetterRecord, diagnose, findDeadLetters } from '@oncely/kafka';
 import type { Admin, Kafka, KafkaMessage } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientUnderTest } from './support/harness.js';
@@ -62,6 +63,18 @@ async function seed(kafka: Kafka, admin: Admin, topic: string, consumer: string)
   }
 }
 
+/** An admin of the client under test, and how to close it. */
+async function adminOfClient(): Promise<{ clientAdmin: unknown; close(): Promise<void> }> {
+  if (client === 'platformatic') {
+    const { Admin } = await import('@platformatic/kafka');
+    const clientAdmin = new Admin({ clientId: 'oncely-tools-clients-test', bootstrapBrokers: brokers! });
+    return { clientAdmin, close: () => clientAdmin.close() };
+  }
+  const clientAdmin = kafkaClient(brokers!).admin();
+  await clientAdmin.connect();
+  return { clientAdmin, close: () => clientAdmin.disconnect() };
+}
+
 describe.skipIf(!brokers)(`kafka tools on ${client}`, () => {
   let kafka: Kafka;
   let admin: Admin;
@@ -114,6 +127,44 @@ describe.skipIf(!brokers)(`kafka tools on ${client}`, () => {
     expect(missing.findings.map((f) => f.message)).toEqual(
       expect.arrayContaining([`topic '${topic}-absent' does not exist`]),
     );
+  });
+
+  it("createTopics with the client's admin: partitions, configs, leaders; false when they exist", async () => {
+    const [first, second] = [uniqueName('create-a'), uniqueName('create-b')];
+    const { clientAdmin, close } = await adminOfClient();
+    try {
+      const topics = [
+        { topic: first, numPartitions: 3 },
+        { topic: second, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '4000' }] },
+      ];
+      expect(await createTopics(clientAdmin as never, topics)).toBe(true);
+      // Created again, twice at once (another member at the same moment): they exist.
+      expect(
+        await Promise.all([
+          createTopics(clientAdmin as never, topics),
+          createTopics(clientAdmin as never, topics),
+        ]),
+      ).toEqual([false, false]);
+    } finally {
+      await close();
+    }
+    const metadata = await admin.fetchTopicMetadata({ topics: [first, second] });
+    const described = metadata.topics.map((t) => [
+      t.name,
+      t.partitions.length,
+      t.partitions.every((p) => p.leader >= 0),
+    ]);
+    expect(described.sort()).toEqual(
+      [
+        [first, 3, true],
+        [second, 1, true],
+      ].sort(),
+    );
+    const { resources } = await admin.describeConfigs({
+      resources: [{ type: 2, name: second, configNames: ['max.message.bytes'] }],
+      includeSynonyms: false,
+    });
+    expect(resources[0]?.configEntries[0]?.configValue).toBe('4000');
   });
 
   it.runIf(client === 'platformatic')('runs without kafkajs installed (its import refused)', async () => {

@@ -42,6 +42,7 @@ import {
 import { baseOptions, kafkaErrorName, toKafkaRecord, typed } from './platformaticOptions.js';
 import { ownPlatformaticProducer } from './platformaticProducer.js';
 import { platformaticScanTopic } from './platformaticScan.js';
+import { platformaticCreateTopics } from './platformaticTopics.js';
 
 /** Above this many records held in the queues, the stream stops fetching until half are done. */
 const MAX_BUFFERED = 2000;
@@ -451,26 +452,9 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
     },
     topicExists: async (topic) => (await admin.listTopics()).includes(topic),
     async createTopic(topic, partitions) {
-      try {
-        await admin.createTopics({ topics: [topic], partitions, replicas: -1 });
-      } catch (error) {
-        if (kafkaErrorName(error) !== 'TOPIC_ALREADY_EXISTS') throw error;
-      }
-      // Wait for every partition to have a leader (a KRaft broker answers
-      // UNKNOWN_TOPIC_OR_PARTITION for a moment after creating it).
-      const deadline = Date.now() + 30_000;
-      for (;;) {
-        try {
-          const described = await partitionCount(topic, true);
-          if (described && described.partitionsCount > 0 && described.partitions.every((p) => p.leader >= 0))
-            return;
-        } catch (error) {
-          const name = kafkaErrorName(error);
-          if (name !== 'UNKNOWN_TOPIC_OR_PARTITION' && name !== 'LEADER_NOT_AVAILABLE') throw error;
-        }
-        if (Date.now() >= deadline) throw new Error(`topic ${topic} has no leader after 30000 ms`);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
+      // A topic created meanwhile by another member counts; waits for its leaders (a KRaft
+      // broker answers UNKNOWN_TOPIC_OR_PARTITION for a moment after creating it).
+      await platformaticCreateTopics(admin, [{ topic, numPartitions: partitions }], 30_000);
     },
     async committedOffsets(groupId, topic) {
       const [group] = await admin.listConsumerGroupOffsets({ groups: [groupId] });
