@@ -31,9 +31,10 @@ if [ "$#" -eq 0 ]; then
   node22=$!
   # Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker the kafka
   # project's globalSetup starts for this run (the main run's broker is stopped by then):
-  # conformance and rebalance, the same files the kafkajs runs above passed.
+  # conformance and rebalance, the same files the kafkajs runs above passed; and send(),
+  # the outbox producer, findDeadLetters and diagnose on it (about 10 s together).
   npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-    'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts' \
+    'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts' \
     >"$logs/kafkaPlatformatic.log" 2>&1 &
   kafkaPlatformatic=$!
   # The SQS suite's broker-facing files again, on ElasticMQ (a second SQS implementation,

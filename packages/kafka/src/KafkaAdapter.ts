@@ -24,7 +24,7 @@ import {
   lostError,
   type Settlement,
 } from './adapter/groupMembership.js';
-import { kafkajsDriver } from './adapter/kafkajsClient.js';
+import { loadDriver } from './adapter/loadDriver.js';
 import { publishDeadLetter } from './adapter/publishDeadLetter.js';
 import { ensureDeadLetterTopic, topicPartitionCount } from './adapter/startup.js';
 import { seekToStoredOffsets } from './adapter/storedOffsets.js';
@@ -124,10 +124,7 @@ export class KafkaAdapter implements BrokerAdapter {
     this.runtime = runtime;
     const { config } = this;
     const context = { config, log: runtime.log, concurrency: runtime.concurrency };
-    this.driver =
-      config.client === 'platformatic'
-        ? (await loadPlatformatic()).platformaticDriver(context)
-        : kafkajsDriver(context);
+    this.driver = await loadDriver(context);
     this.admin = this.driver.admin();
     await this.admin.connect();
     const partitions = await topicPartitionCount(this.admin, config.topic);
@@ -575,21 +572,6 @@ export class KafkaAdapter implements BrokerAdapter {
         `offset commit failed for partition ${partition}: records after the last commit will be delivered again and skipped as duplicates`,
       );
     }
-  }
-}
-
-/**
- * The @platformatic/kafka driver, loaded only when chosen: it is an optional peer
- * dependency, and needs Node >= 22.22 or >= 24.6.
- */
-async function loadPlatformatic(): Promise<typeof import('./adapter/platformaticClient.js')> {
-  try {
-    return await import('./adapter/platformaticClient.js');
-  } catch (error) {
-    throw new Error(
-      `broker.client 'platformatic' needs the @platformatic/kafka package (npm install @platformatic/kafka) and Node >= 22.22 or >= 24.6 (this is ${process.version})`,
-      { cause: error },
-    );
   }
 }
 

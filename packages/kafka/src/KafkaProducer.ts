@@ -1,12 +1,23 @@
 import type { OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
-import { ConfigError } from '@oncely/core';
-import kafkajs, { type Admin, type Kafka, type Producer } from 'kafkajs';
+import { ConfigError, silentLogger } from '@oncely/core';
+import type { Kafka } from 'kafkajs';
+import type { ClusterAdmin, KafkaClientDriver, RecordProducer } from './adapter/clientApi.js';
+import { loadDriver } from './adapter/loadDriver.js';
+import { type KafkaBrokerOptions, resolveKafkaConfig } from './config.js';
 import { KafkaSendError } from './errors.js';
-import { type KafkaSendMessage, MESSAGE_ID_HEADER, send } from './send.js';
+import {
+  type KafkaProducerLike,
+  type KafkaSendMessage,
+  MESSAGE_ID_HEADER,
+  recordProducerOf,
+  sendRecords,
+} from './send.js';
 
-// kafkajs is CommonJS, and Node's ESM loader cannot see ConfigResourceTypes as a named
-// export (vitest's transform can, which hid it): read it from the default export.
-const { ConfigResourceTypes } = kafkajs;
+/**
+ * The connection options of the `broker` section (`client`, `brokers`, `clientId`, `ssl`,
+ * `sasl`, `retry`, the timeouts, `logLevel`), for an outbox producer built from them.
+ */
+export type KafkaProducerBrokerOptions = Omit<KafkaBrokerOptions, 'topic'>;
 
 /** Kafka's default `message.max.bytes` (a broker or topic may set another). */
 const DEFAULT_MAX_MESSAGE_BYTES = 1_048_588;
@@ -20,18 +31,30 @@ const BATCH_OVERHEAD_BYTES = 61;
 const RECORD_OVERHEAD_BYTES = 25 + 256;
 
 /**
- * Options of {@link createKafkaProducer}: your connected kafkajs producer, or a `Kafka`
- * client the outbox producer creates an idempotent producer from (and disconnects on
- * `close()`).
+ * Options of {@link createKafkaProducer}: the `broker` options (on kafkajs or
+ * @platformatic/kafka, by `broker.client`) or a kafkajs `Kafka` client the outbox producer
+ * creates an idempotent producer from (and closes on `close()`), or your own producer.
  *
  * @example
  * ```ts
+ * createKafkaProducer({ broker: { brokers: ['127.0.0.1:9092'], client: 'platformatic' } });
  * createKafkaProducer({ kafka: new Kafka({ brokers: ['127.0.0.1:9092'] }) });
  * ```
  */
 export interface KafkaProducerOptions {
-  /** A connected producer; best created with `idempotent: true`. The outbox producer never disconnects it. */
-  producer?: Producer;
+  /**
+   * A producer of your own: a connected kafkajs `Producer` or a @platformatic/kafka
+   * `Producer` (default serialisers); best created idempotent. The outbox producer never
+   * closes it.
+   */
+  producer?: KafkaProducerLike;
+  /**
+   * Connection options as in the consumer's `broker` section (no `topic`): the outbox
+   * producer creates an idempotent producer on `broker.client` from them (kafkajs is not
+   * loaded for `client: 'platformatic'`) and reads each topic's `max.message.bytes` with
+   * an admin client of the same library.
+   */
+  broker?: KafkaProducerBrokerOptions;
   /**
    * A client to create `kafka.producer({ idempotent: true, maxInFlightRequests: 1 })` from
    * (unless `producer` is given too), and to read each topic's `max.message.bytes` with.
@@ -89,9 +112,39 @@ export function createKafkaProducer(
 ): OutboxProducer & { close(): Promise<void> } {
   if (typeof options !== 'object' || options === null)
     throw new ConfigError('producer', 'options are required');
-  if (options.producer === undefined && options.kafka === undefined) {
-    throw new ConfigError('producer', 'needs a producer or a kafka client');
+  if (options.producer === undefined && options.kafka === undefined && options.broker === undefined) {
+    throw new ConfigError('producer', 'needs a producer or a kafka client, or broker options');
   }
+  if (options.broker !== undefined && options.kafka !== undefined) {
+    throw new ConfigError(
+      'producer',
+      'takes broker options or a kafka client, not both (broker.kafka is the client)',
+    );
+  }
+  if (options.broker !== undefined && 'topic' in (options.broker as object)) {
+    throw new ConfigError(
+      'broker.topic',
+      "is not an outbox producer option: each row's destination is its topic",
+    );
+  }
+  // The library the outbox producer's own producer and admin run on (none with only `producer`).
+  const config =
+    options.broker !== undefined || options.kafka !== undefined
+      ? resolveKafkaConfig(
+          options.kafka !== undefined
+            ? { type: 'kafka', topic: 'oncely-outbox', kafka: options.kafka }
+            : { ...options.broker, type: 'kafka', topic: 'oncely-outbox' },
+          'outbox',
+        )
+      : undefined;
+  let driverLoad: Promise<KafkaClientDriver> | undefined;
+  const driver = (): Promise<KafkaClientDriver> => {
+    driverLoad ??= loadDriver({ config: config!, log: silentLogger, concurrency: 1 }).catch((error) => {
+      driverLoad = undefined;
+      throw error;
+    });
+    return driverLoad;
+  };
   if (
     options.maxMessageBytes !== undefined &&
     (!Number.isInteger(options.maxMessageBytes) || options.maxMessageBytes <= BATCH_OVERHEAD_BYTES)
@@ -101,11 +154,16 @@ export function createKafkaProducer(
       `must be an integer above ${BATCH_OVERHEAD_BYTES} (the topic's max.message.bytes), got ${String(options.maxMessageBytes)}`,
     );
   }
-  let own: Promise<Producer> | undefined;
-  const producer = (): Promise<Producer> => {
-    if (options.producer) return Promise.resolve(options.producer);
+  let yours: Promise<RecordProducer> | undefined;
+  let own: Promise<RecordProducer> | undefined;
+  const producer = (): Promise<RecordProducer> => {
+    if (options.producer) {
+      yours ??= recordProducerOf(options.producer);
+      return yours;
+    }
     own ??= (async () => {
-      const created = options.kafka!.producer({ idempotent: true, maxInFlightRequests: 1 });
+      // A topic the broker may create on first use is created, as a kafkajs producer did by default.
+      const created = (await driver()).producer({ allowAutoTopicCreation: true });
       await created.connect();
       return created;
     })().catch((error) => {
@@ -126,29 +184,23 @@ export function createKafkaProducer(
     await client?.disconnect().catch(() => {});
   };
 
-  let admin: Promise<Admin> | undefined;
+  let admin: Promise<ClusterAdmin> | undefined;
   const limits = new Map<string, Promise<number | undefined>>();
   const topicLimit = (topic: string): Promise<number | undefined> => {
     if (options.maxMessageBytes !== undefined) return Promise.resolve(options.maxMessageBytes);
-    if (!options.kafka) return Promise.resolve(undefined);
+    if (!config) return Promise.resolve(undefined);
     let limit = limits.get(topic);
     if (!limit) {
       limit = (async () => {
         admin ??= (async () => {
-          const created = options.kafka!.admin();
+          const created = (await driver()).admin();
           await created.connect();
           return created;
         })().catch((error) => {
           admin = undefined;
           throw error;
         });
-        const { resources } = await (await admin).describeConfigs({
-          resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configNames: ['max.message.bytes'] }],
-          includeSynonyms: false,
-        });
-        const value = Number(
-          resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue,
-        );
+        const value = await (await admin).maxMessageBytes(topic);
         return Number.isInteger(value) && value > 0 ? value : DEFAULT_MAX_MESSAGE_BYTES;
       })().catch(() => {
         // Unknown for now (a missing topic, no Describe permission): sent unpacked, and a
@@ -170,7 +222,7 @@ export function createKafkaProducer(
         list.push(index);
         byTopic.set(message.destination, list);
       });
-      let client: Producer;
+      let client: RecordProducer;
       try {
         client = await producer();
       } catch (error) {
@@ -193,7 +245,7 @@ export function createKafkaProducer(
       /** Sends `indexes` in one request; a request refused as too large is split in halves. */
       const sendChunk = async (topic: string, indexes: number[]): Promise<void> => {
         try {
-          await send(client, topic, indexes.map(record), sendOptions);
+          await sendRecords(client, topic, indexes.map(record), sendOptions);
           for (const index of indexes) results[index] = { ok: true };
         } catch (error) {
           if (!tooLarge(error)) {

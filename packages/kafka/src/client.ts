@@ -1,16 +1,16 @@
 import type { Envelope, ProcessingMode } from '@oncely/core';
-import kafkajs, { type Kafka as KafkaClient, type KafkaConfig } from 'kafkajs';
+import type { Kafka as KafkaClient, KafkaConfig } from 'kafkajs';
 import type { ResolvedKafkaConfig } from './config.js';
+import { kafkajsModule } from './kafkajsModule.js';
+import { KAFKAJS_LOG_LEVEL } from './kafkaLogger.js';
 import { MESSAGE_ID_HEADER } from './send.js';
 
-const { Kafka, logLevel } = kafkajs;
-
 const KAFKAJS_LOG_LEVELS = {
-  nothing: logLevel.NOTHING,
-  error: logLevel.ERROR,
-  warn: logLevel.WARN,
-  info: logLevel.INFO,
-  debug: logLevel.DEBUG,
+  nothing: KAFKAJS_LOG_LEVEL.NOTHING,
+  error: KAFKAJS_LOG_LEVEL.ERROR,
+  warn: KAFKAJS_LOG_LEVEL.WARN,
+  info: KAFKAJS_LOG_LEVEL.INFO,
+  debug: KAFKAJS_LOG_LEVEL.DEBUG,
 } as const;
 
 /**
@@ -27,6 +27,7 @@ export function buildKafkaClient(
   config: ResolvedKafkaConfig,
   overrides: Partial<KafkaConfig> = {},
 ): KafkaClient {
+  const { Kafka } = kafkajsModule();
   return new Kafka({
     clientId: config.clientId,
     brokers: config.brokers,
@@ -38,28 +39,6 @@ export function buildKafkaClient(
     logLevel: KAFKAJS_LOG_LEVELS[config.logLevel],
     ...overrides,
   });
-}
-
-/**
- * The client a tool (`diagnose`, `findDeadLetters`) talks to the cluster with: your own
- * `broker.kafka` when you gave one (its brokers, TLS and SASL are the ones the consumer uses,
- * and `brokers` may be absent), else one built from the options under a client ID of its
- * own, silent, retrying once so that an unreachable cluster fails fast.
- *
- * @example
- * ```ts
- * const admin = toolClient(resolveKafkaConfig(broker, 'payments'), 'doctor').admin();
- * ```
- */
-export function toolClient(config: ResolvedKafkaConfig, tool: string): KafkaClient {
-  return (
-    (config.kafka as KafkaClient | undefined) ??
-    buildKafkaClient(config, {
-      clientId: `${config.clientId}-${tool}`,
-      logLevel: logLevel.NOTHING,
-      retry: { retries: 1 },
-    })
-  );
 }
 
 /**

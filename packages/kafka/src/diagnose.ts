@@ -1,5 +1,6 @@
 import { type ConsumerConfig, type DiagnoseFinding, type DiagnoseReport, isOncelyError } from '@oncely/core';
-import { toolClient } from './client.js';
+import type { ClusterAdmin } from './adapter/clientApi.js';
+import { toolDriver } from './adapter/loadDriver.js';
 import { resolveKafkaConfig } from './config.js';
 
 /**
@@ -60,20 +61,20 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     });
   }
 
-  const admin = toolClient(resolved, 'doctor').admin();
+  let admin: ClusterAdmin | undefined;
   try {
+    // On broker.client: a platformatic user's doctor needs no kafkajs.
+    admin = (await toolDriver(resolved, 'doctor')).admin();
     await admin.connect();
     const cluster = await admin.describeCluster();
     findings.push({
       level: 'ok',
-      message: `cluster answers: ${cluster.brokers.length} broker(s), controller ${cluster.controller}`,
+      message: `cluster answers: ${cluster.brokers} broker(s), controller ${cluster.controller}`,
     });
-    const topics = await admin.listTopics();
-    if (!topics.includes(topic)) {
+    if (!(await admin.topicExists(topic))) {
       findings.push({ level: 'error', message: `topic '${topic}' does not exist` });
     } else {
-      const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
-      const partitions = metadata.topics[0]?.partitions.length ?? 0;
+      const partitions = await admin.topicPartitionCount(topic);
       findings.push({ level: 'ok', message: `topic '${topic}' has ${partitions} partition(s)` });
       const parallel = resolved.partitionsConsumedConcurrently ?? concurrency;
       if (partitions < parallel) {
@@ -82,19 +83,18 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
           message: `only ${partitions} partition(s): at most ${partitions} record(s) run at once (records of one partition run in order, one at a time), not ${parallel}`,
         });
       }
-      const [offsets, ends] = await Promise.all([
-        admin.fetchOffsets({ groupId, topics: [topic] }),
-        admin.fetchTopicOffsets(topic),
+      const [committed, ends] = await Promise.all([
+        admin.committedOffsets(groupId, topic),
+        admin.partitionOffsets(topic),
       ]);
-      const committed = new Map(offsets[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]) ?? []);
       let lag = 0n;
       for (const end of ends) {
         const at = committed.get(end.partition) ?? -1n;
-        lag += BigInt(end.high) - (at < 0n ? BigInt(end.low) : at);
+        lag += end.high - (at < 0n ? end.low : at);
       }
       findings.push({ level: 'ok', message: `group '${groupId}' lag: ${lag} record(s)` });
     }
-    if (topics.includes(deadLetterTopic)) {
+    if (await admin.topicExists(deadLetterTopic)) {
       findings.push({ level: 'ok', message: `dead-letter topic '${deadLetterTopic}' exists` });
     } else {
       findings.push({
@@ -104,12 +104,11 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
           : `dead-letter topic '${deadLetterTopic}' does not exist and createDeadLetterTopic is false: start() fails`,
       });
     }
-    const groups = await admin.describeGroups([groupId]);
-    const group = groups.groups[0];
-    if (group && group.state !== 'Dead') {
+    const group = await admin.groupState(groupId);
+    if (group) {
       findings.push({
         level: 'ok',
-        message: `group '${groupId}' is ${group.state} with ${group.members.length} member(s)`,
+        message: `group '${groupId}' is ${group.state} with ${group.members} member(s)`,
       });
     }
   } catch (error) {
@@ -118,7 +117,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
       message: `cluster ${resolved.kafka ? '(your broker.kafka client)' : resolved.brokers.join(',')} did not answer: ${error instanceof Error ? error.message : String(error)}`,
     });
   } finally {
-    await admin.disconnect().catch(() => {});
+    await admin?.disconnect().catch(() => {});
   }
   return report;
 }

@@ -1,13 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import {
-  type ConsumerConfig,
-  type DeadLetterCopy,
-  type IdStrategy,
-  OncelyError,
-  resolveMessageId,
-} from '@oncely/core';
-import type { Admin, Consumer, KafkaMessage } from 'kafkajs';
-import { defaultMessageId, toolClient } from './client.js';
+import { type ConsumerConfig, type DeadLetterCopy, type IdStrategy, resolveMessageId } from '@oncely/core';
+import type { KafkaRecord } from './adapter/clientApi.js';
+import { toolDriver } from './adapter/loadDriver.js';
+import { defaultMessageId } from './client.js';
 import { resolveKafkaConfig } from './config.js';
 import { DEAD_LETTER_HEADERS } from './deadLetter.js';
 import { headersToAttributes, toEnvelope } from './envelope.js';
@@ -39,87 +34,45 @@ export async function findDeadLetters(
 ): Promise<DeadLetterCopy[]> {
   const resolved = resolveKafkaConfig(config.broker, config.name);
   const { deadLetterTopic } = resolved;
-  const kafka = toolClient(resolved, 'inspect');
   const strategy: IdStrategy = config.idStrategy ?? ((envelope) => defaultMessageId(envelope, config.mode));
-  const admin = kafka.admin();
+  // On broker.client: `oncely inspect` of a platformatic user needs no kafkajs.
+  const driver = await toolDriver(resolved, 'inspect');
+  const admin = driver.admin();
   await admin.connect();
   const groupId = `${resolved.groupId}-inspect-${randomUUID()}`;
-  let consumer: Consumer | undefined;
+  let scanned = false;
   try {
-    if (!(await admin.listTopics()).includes(deadLetterTopic)) return [];
-    const ends = await untilEnds(admin, deadLetterTopic);
+    if (!(await admin.topicExists(deadLetterTopic))) return [];
+    // Each non-empty partition's end offset now: the scan stops there.
+    const ends = new Map<number, bigint>();
+    for (const { partition, low, high } of await admin.partitionOffsets(deadLetterTopic)) {
+      if (high > low) ends.set(partition, high);
+    }
     if (ends.size === 0) return [];
-    consumer = kafka.consumer({ groupId, allowAutoTopicCreation: false });
-    return await scan(consumer, deadLetterTopic, ends, (message) =>
-      copyOf(message, config.name, strategy, messageId),
-    );
+    const found: DeadLetterCopy[] = [];
+    let count = 0;
+    scanned = true;
+    await driver.scanTopic({
+      topic: deadLetterTopic,
+      groupId,
+      ends,
+      timeoutMs: SCAN_TIMEOUT_MS,
+      visit: (record) => {
+        const copy = copyOf(record, config.name, strategy, messageId);
+        if (copy) found.push(copy);
+        return ++count >= MAX_SCANNED;
+      },
+    });
+    return found;
   } finally {
-    await consumer?.disconnect().catch(() => {});
-    if (consumer) await admin.deleteGroups([groupId]).catch(() => {});
+    if (scanned) await admin.deleteGroup(groupId).catch(() => {});
     await admin.disconnect().catch(() => {});
   }
 }
 
-/** Each non-empty partition's end offset now: the scan stops there. */
-async function untilEnds(admin: Admin, topic: string): Promise<Map<number, bigint>> {
-  const ends = new Map<number, bigint>();
-  for (const { partition, low, high } of await admin.fetchTopicOffsets(topic)) {
-    if (BigInt(high) > BigInt(low)) ends.set(partition, BigInt(high));
-  }
-  return ends;
-}
-
-/** Reads every record before `ends` and keeps what `match` returns. */
-async function scan(
-  consumer: Consumer,
-  topic: string,
-  ends: Map<number, bigint>,
-  match: (message: KafkaMessage) => DeadLetterCopy | undefined,
-): Promise<DeadLetterCopy[]> {
-  const found: DeadLetterCopy[] = [];
-  let scanned = 0;
-  await consumer.connect();
-  await consumer.subscribe({ topic, fromBeginning: true });
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await new Promise<void>((resolve, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            new OncelyError(
-              'BROKER_UNREACHABLE',
-              `reading dead-letter topic '${topic}' took longer than ${SCAN_TIMEOUT_MS / 1000} s`,
-            ),
-          ),
-        SCAN_TIMEOUT_MS,
-      );
-      consumer
-        .run({
-          autoCommit: false,
-          eachBatch: async ({ batch }) => {
-            const end = ends.get(batch.partition);
-            if (end === undefined) return;
-            for (const message of batch.messages) {
-              if (BigInt(message.offset) >= end) break;
-              const copy = match(message);
-              if (copy) found.push(copy);
-              if (++scanned >= MAX_SCANNED) return resolve();
-            }
-            if (BigInt(batch.lastOffset()) + 1n >= end) ends.delete(batch.partition);
-            if (ends.size === 0) resolve();
-          },
-        })
-        .catch(reject);
-    });
-  } finally {
-    clearTimeout(timer);
-  }
-  return found;
-}
-
 /** The dead letter as a copy of `messageId`, when this consumer dead-lettered that message. */
 function copyOf(
-  record: KafkaMessage,
+  record: KafkaRecord,
   consumerName: string,
   strategy: IdStrategy,
   messageId: string,

@@ -17,10 +17,15 @@ export { headersToAttributes, toEnvelope } from './envelope.js';
 export { KafkaSendError, KafkaTopicMissingError } from './errors.js';
 export { findDeadLetters } from './findDeadLetters.js';
 export { KafkaAdapter } from './KafkaAdapter.js';
-export type { KafkaProducerOptions } from './KafkaProducer.js';
+export type { KafkaProducerBrokerOptions, KafkaProducerOptions } from './KafkaProducer.js';
 export { createKafkaProducer } from './KafkaProducer.js';
 export { kafkaLogCreator } from './kafkaLogger.js';
-export type { KafkaSendMessage, KafkaSendOptions } from './send.js';
+export type {
+  KafkaProducerLike,
+  KafkaSendMessage,
+  KafkaSendOptions,
+  PlatformaticProducerLike,
+} from './send.js';
 export { MESSAGE_ID_HEADER, send } from './send.js';
-export type { CreateTopicsOptions } from './topics.js';
+export type { CreateTopicsOptions, PlatformaticAdminLike } from './topics.js';
 export { createTopics } from './topics.js';

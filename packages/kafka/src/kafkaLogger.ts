@@ -1,5 +1,12 @@
 import type { Logger } from '@oncely/core';
-import { type LogEntry, logLevel } from 'kafkajs';
+import type { LogEntry } from 'kafkajs';
+
+/**
+ * kafkajs' `logLevel` values, spelled out: reading them from kafkajs would load it when
+ * `@oncely/kafka` is imported, and a user of `broker.client: 'platformatic'` need not have it.
+ */
+export const KAFKAJS_LOG_LEVEL = { NOTHING: 0, ERROR: 1, WARN: 2, INFO: 4, DEBUG: 5 } as const;
+const logLevel = KAFKAJS_LOG_LEVEL;
 
 /**
  * Routes kafkajs's log lines to the consumer's logger. kafkajs logs every error

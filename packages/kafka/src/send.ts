@@ -1,5 +1,7 @@
 import { traceHeaders } from '@oncely/core';
 import type { IHeaders, Producer, RecordMetadata } from 'kafkajs';
+import type { RecordProducer } from './adapter/clientApi.js';
+import { kafkajsRecordProducer } from './adapter/kafkajsProducer.js';
 import { KafkaSendError } from './errors.js';
 
 /** The header the consumer's default ID strategy reads. */
@@ -26,6 +28,19 @@ export interface KafkaSendMessage {
   partition?: number;
 }
 
+/**
+ * A `Producer` of @platformatic/kafka with its default (Buffer) serialisers, as
+ * {@link send} and `createKafkaProducer` take it (only its shape is named here, so that
+ * kafkajs users need not have @platformatic/kafka's types).
+ */
+export interface PlatformaticProducerLike {
+  send(options: never): unknown;
+  close(...args: never[]): unknown;
+}
+
+/** A connected kafkajs `Producer`, or a @platformatic/kafka `Producer`. */
+export type KafkaProducerLike = Producer | PlatformaticProducerLike;
+
 /** {@link send}'s options. */
 export interface KafkaSendOptions {
   /**
@@ -41,13 +56,28 @@ export interface KafkaSendOptions {
 }
 
 /**
+ * The producer behind the client interface: kafkajs' has `sendBatch`, @platformatic/kafka's
+ * is loaded (an optional peer) only when one is given.
+ */
+export async function recordProducerOf(producer: KafkaProducerLike): Promise<RecordProducer> {
+  if (typeof (producer as { sendBatch?: unknown }).sendBatch === 'function') {
+    return kafkajsRecordProducer(producer as Producer);
+  }
+  const { platformaticRecordProducer } = await import('./adapter/platformaticProducer.js');
+  return platformaticRecordProducer(producer as never);
+}
+
+/**
  * Sends records so that an Oncely consumer can recognise duplicates: each gets the
  * `message-id` header (its `id`, required) and, unless given, the `id` as its key. Waits
  * for every in-sync replica (`acks: -1`) and retries retriable failures with the same IDs.
  * Rejects with {@link KafkaSendError} (code `KAFKA_SEND_FAILED`) without sending anything
  * when an ID is missing, or with the last error once the retries are spent.
  *
- * Use a producer created with `idempotent: true` where you can: it keeps kafkajs' own
+ * `producer` is a connected kafkajs `Producer` or a @platformatic/kafka `Producer`: the
+ * records, keys, headers and partitions are the same on both (a key's partition is Java's
+ * murmur2 on both, so per-key order holds when you switch), and so are the errors. Use a
+ * producer created with `idempotent: true` where you can: it keeps the client's own
  * retries from writing a record twice.
  *
  * The active OpenTelemetry context goes along as `traceparent`/`tracestate` (see
@@ -61,11 +91,16 @@ export interface KafkaSendOptions {
  * ```
  */
 export async function send(
-  producer: Producer,
+  producer: KafkaProducerLike,
   topic: string,
   messages: KafkaSendMessage | readonly KafkaSendMessage[],
   options: KafkaSendOptions = {},
 ): Promise<RecordMetadata[]> {
+  checkIds(messages);
+  return sendRecords(await recordProducerOf(producer), topic, messages, options);
+}
+
+function checkIds(messages: KafkaSendMessage | readonly KafkaSendMessage[]): void {
   const list = Array.isArray(messages) ? messages : [messages as KafkaSendMessage];
   list.forEach((message, index) => {
     if (typeof message?.id !== 'string' || message.id.trim() === '') {
@@ -74,6 +109,17 @@ export async function send(
       );
     }
   });
+}
+
+/** {@link send} on a producer behind the client interface (what the outbox producer uses too). */
+export async function sendRecords(
+  producer: RecordProducer,
+  topic: string,
+  messages: KafkaSendMessage | readonly KafkaSendMessage[],
+  options: KafkaSendOptions = {},
+): Promise<RecordMetadata[]> {
+  checkIds(messages);
+  const list = Array.isArray(messages) ? messages : [messages as KafkaSendMessage];
   const records = list.map((message) => ({
     key: message.key === undefined ? message.id : message.key,
     value: encode(message.value),
@@ -85,12 +131,7 @@ export async function send(
   const retryDelayMs = options.retryDelayMs ?? 300;
   for (let attempt = 0; ; attempt++) {
     try {
-      return await producer.send({
-        topic,
-        acks: -1,
-        timeout: options.timeoutMs ?? 30_000,
-        messages: records,
-      });
+      return await producer.send(topic, records, { timeoutMs: options.timeoutMs ?? 30_000 });
     } catch (error) {
       if (attempt >= retries || !retriable(error)) {
         throw new KafkaSendError(`sending to '${topic}' failed: ${errorText(error)}`, { cause: error });
@@ -108,7 +149,9 @@ function encode(value: unknown): Buffer | string {
 function retriable(error: unknown): boolean {
   const e = error as { retriable?: unknown; name?: unknown; cause?: unknown } | null;
   if (!e) return false;
-  if (e.retriable === true || e.name === 'KafkaJSNumberOfRetriesExceeded') return true;
+  // kafkajs' `retriable`; @platformatic/kafka's `canRetry` on an error without a Kafka error name.
+  if (e.retriable === true || (e as { canRetry?: unknown }).canRetry === true) return true;
+  if (e.name === 'KafkaJSNumberOfRetriesExceeded') return true;
   return e.cause !== undefined && e.cause !== error && retriable(e.cause);
 }
 

@@ -1,5 +1,14 @@
 import type { Admin, ITopicConfig } from 'kafkajs';
 
+/**
+ * An `Admin` of @platformatic/kafka, as `createTopics` takes it (only its shape is named
+ * here, so that kafkajs users need not have @platformatic/kafka's types).
+ */
+export interface PlatformaticAdminLike {
+  createTopics(options: never): unknown;
+  metadata(options: never): unknown;
+}
+
 /** Errors a metadata request answers while a new topic is still spreading through the cluster. */
 const NOT_YET_KNOWN = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE']);
 
@@ -27,13 +36,28 @@ export interface CreateTopicsOptions {
  *
  * Returns false when every topic already existed (as kafkajs does); a topic another
  * process created at the same moment counts as existing.
+ *
+ * `admin` is a connected kafkajs `Admin` or a @platformatic/kafka `Admin` (then kafkajs is
+ * not loaded; `numPartitions`, `replicationFactor` and `configEntries` are passed on).
  */
 export async function createTopics(
-  admin: Admin,
+  admin: Admin | PlatformaticAdminLike,
   topics: ITopicConfig[],
   options: CreateTopicsOptions = {},
 ): Promise<boolean> {
   const timeoutMs = options.timeoutMs ?? 30_000;
+  if (typeof (admin as { fetchTopicMetadata?: unknown }).fetchTopicMetadata !== 'function') {
+    const { platformaticCreateTopics } = await import('./adapter/platformaticTopics.js');
+    return platformaticCreateTopics(admin as never, topics, timeoutMs);
+  }
+  return kafkajsCreateTopics(admin as Admin, topics, timeoutMs);
+}
+
+async function kafkajsCreateTopics(
+  admin: Admin,
+  topics: ITopicConfig[],
+  timeoutMs: number,
+): Promise<boolean> {
   let created: boolean;
   try {
     created = await admin.createTopics({ topics, waitForLeaders: false });

@@ -8,8 +8,8 @@
  * headers as an object of Buffers), whatever the client: it is what `message.raw` has
  * always held, and what the envelope and dead-letter code read.
  */
-import type { Logger } from '@oncely/core';
-import type { KafkaMessage, Message } from 'kafkajs';
+import { type Logger, OncelyError } from '@oncely/core';
+import type { KafkaMessage, Message, RecordMetadata } from 'kafkajs';
 import type { ResolvedKafkaConfig } from '../config.js';
 
 /** A consumed record (kafkajs' shape; a type only, kafkajs is not loaded for it). */
@@ -64,11 +64,30 @@ export interface GroupConsumer {
   disconnect(): Promise<void>;
 }
 
-/** Writes dead letters (acks from every in-sync replica, idempotent). */
-export interface DeadLetterProducer {
+/**
+ * Writes records with acks from every in-sync replica: dead letters, `send()` and the
+ * outbox producer. A record's partition is its `partition`, else Kafka's Java (murmur2)
+ * partitioner of its key on every client, so a key keeps its partition (and its order)
+ * whichever client wrote it. Rejects with an error whose `type` is the Kafka error name
+ * (`MESSAGE_TOO_LARGE`, ...) and whose `retriable` says whether a retry may succeed.
+ */
+export interface RecordProducer {
   connect(): Promise<void>;
-  send(topic: string, records: OutgoingRecord[]): Promise<void>;
+  /** `timeoutMs`: how long the broker may wait for the in-sync replicas. */
+  send(topic: string, records: OutgoingRecord[], options?: { timeoutMs?: number }): Promise<SentRecord[]>;
   disconnect(): Promise<void>;
+}
+
+/** Where records went (kafkajs' `RecordMetadata`: one entry per partition written). */
+export type SentRecord = RecordMetadata;
+
+/** Writes dead letters (idempotent). */
+export type DeadLetterProducer = RecordProducer;
+
+/** How a driver's own producer is made. */
+export interface RecordProducerOptions {
+  /** Let the broker create a topic a record is sent to (when it allows that). @default false */
+  allowAutoTopicCreation?: boolean;
 }
 
 /** The admin calls the adapter makes at start and at assignment. */
@@ -81,7 +100,30 @@ export interface ClusterAdmin {
   createTopic(topic: string, partitions: number): Promise<void>;
   /** The group's committed next offsets of `topic` (absent: none). */
   committedOffsets(groupId: string, topic: string): Promise<Map<number, bigint>>;
+  /** The topic's `max.message.bytes`; rejects when it cannot be read (a missing topic, no Describe permission). */
+  maxMessageBytes(topic: string): Promise<number>;
+  /** How many brokers answer, and the controller's ID (`oncely doctor`). */
+  describeCluster(): Promise<{ brokers: number; controller: number | null }>;
+  /** Each partition's first and next offset (log start and high watermark). */
+  partitionOffsets(topic: string): Promise<Array<{ partition: number; low: bigint; high: bigint }>>;
+  /** The group's state in kafkajs' spelling (`Stable`, `Empty`, ...) and member count; undefined when it is dead or unknown. */
+  groupState(groupId: string): Promise<{ state: string; members: number } | undefined>;
+  /** Deletes an empty group. */
+  deleteGroup(groupId: string): Promise<void>;
   disconnect(): Promise<void>;
+}
+
+/** What {@link KafkaClientDriver.scanTopic} reads. */
+export interface TopicScan {
+  topic: string;
+  /** A throwaway group of the scan's own: it commits nothing. */
+  groupId: string;
+  /** Each partition to read and the offset to stop before (partitions not named are not read). */
+  ends: Map<number, bigint>;
+  /** Called with each record below its partition's end, in offset order per partition; `true` stops the scan. */
+  visit(record: KafkaRecord, partition: number): boolean | undefined;
+  /** The scan rejects with an error naming the topic after this long. */
+  timeoutMs: number;
 }
 
 /** What the adapter builds its three clients with. */
@@ -98,8 +140,19 @@ export interface KafkaClientDriver {
   /** 'kafkajs' | 'platformatic': for logs and errors. */
   readonly name: string;
   consumer(): GroupConsumer;
-  producer(): DeadLetterProducer;
+  /** An idempotent producer of its own (connect() before use, disconnect() after). */
+  producer(options?: RecordProducerOptions): RecordProducer;
   admin(): ClusterAdmin;
+  /** Reads records from each partition's start up to its end without consuming them, then closes its consumer. */
+  scanTopic(scan: TopicScan): Promise<void>;
+}
+
+/** The error a scan that ran out of time rejects with (the same on every client). */
+export function scanTimeout(scan: TopicScan): Error {
+  return new OncelyError(
+    'BROKER_UNREACHABLE',
+    `reading dead-letter topic '${scan.topic}' took longer than ${scan.timeoutMs / 1000} s`,
+  );
 }
 
 /** An error carrying the Kafka error name in `type`, as kafkajs' errors do. */

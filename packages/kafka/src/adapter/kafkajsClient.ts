@@ -6,16 +6,20 @@
 import type { Admin, Kafka as KafkaClient, Consumer as KafkaConsumer, Producer } from 'kafkajs';
 import { buildKafkaClient } from '../client.js';
 import { KafkaTopicMissingError } from '../errors.js';
+import { kafkajsModule } from '../kafkajsModule.js';
 import { kafkaLogCreator } from '../kafkaLogger.js';
 import { createTopics } from '../topics.js';
 import type {
   ClientContext,
   ClusterAdmin,
-  DeadLetterProducer,
   GroupConsumer,
   GroupConsumerHandlers,
   KafkaClientDriver,
+  RecordProducer,
+  RecordProducerOptions,
 } from './clientApi.js';
+import { kafkajsRecordProducer } from './kafkajsProducer.js';
+import { kafkajsScanTopic } from './kafkajsScan.js';
 
 export function kafkajsDriver(context: ClientContext): KafkaClientDriver {
   const { config } = context;
@@ -25,8 +29,9 @@ export function kafkajsDriver(context: ClientContext): KafkaClientDriver {
   return {
     name: 'kafkajs',
     consumer: () => new KafkajsGroupConsumer(kafka, context),
-    producer: () => kafkajsProducer(kafka, context),
+    producer: (options) => kafkajsProducer(kafka, context, options),
     admin: () => kafkajsAdmin(kafka.admin()),
+    scanTopic: (scan) => kafkajsScanTopic(kafka, scan),
   };
 }
 
@@ -101,22 +106,20 @@ class KafkajsGroupConsumer implements GroupConsumer {
   }
 }
 
-function kafkajsProducer(kafka: KafkaClient, context: ClientContext): DeadLetterProducer {
-  // Idempotent: a retried send after a lost acknowledgement does not write the dead letter twice.
+function kafkajsProducer(
+  kafka: KafkaClient,
+  context: ClientContext,
+  options: RecordProducerOptions = {},
+): RecordProducer {
+  // Idempotent: a retried send after a lost acknowledgement does not write the record twice.
   const producer: Producer = kafka.producer({
     idempotent: true,
     maxInFlightRequests: 1,
-    allowAutoTopicCreation: false,
+    allowAutoTopicCreation: options.allowAutoTopicCreation ?? false,
     // kafkajs refuses an idempotent producer without retries (broker.retry.retries: 0).
     ...(context.config.retry?.retries === 0 ? { retry: { retries: 1 } } : {}),
   });
-  return {
-    connect: () => producer.connect(),
-    send: async (topic, messages) => {
-      await producer.send({ topic, acks: -1, messages });
-    },
-    disconnect: () => producer.disconnect(),
-  };
+  return kafkajsRecordProducer(producer);
 }
 
 function kafkajsAdmin(admin: Admin): ClusterAdmin {
@@ -144,6 +147,41 @@ function kafkajsAdmin(admin: Admin): ClusterAdmin {
     async committedOffsets(groupId, topic) {
       const committed = await admin.fetchOffsets({ groupId, topics: [topic] });
       return new Map(committed[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]) ?? []);
+    },
+    async maxMessageBytes(topic) {
+      const { resources } = await admin.describeConfigs({
+        resources: [
+          {
+            type: kafkajsModule().ConfigResourceTypes.TOPIC,
+            name: topic,
+            configNames: ['max.message.bytes'],
+          },
+        ],
+        includeSynonyms: false,
+      });
+      return Number(
+        resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue,
+      );
+    },
+    async describeCluster() {
+      const cluster = await admin.describeCluster();
+      return { brokers: cluster.brokers.length, controller: cluster.controller };
+    },
+    async partitionOffsets(topic) {
+      return (await admin.fetchTopicOffsets(topic)).map(({ partition, low, high }) => ({
+        partition,
+        low: BigInt(low),
+        high: BigInt(high),
+      }));
+    },
+    async groupState(groupId) {
+      const group = (await admin.describeGroups([groupId])).groups[0];
+      return group && group.state !== 'Dead'
+        ? { state: group.state, members: group.members.length }
+        : undefined;
+    },
+    deleteGroup: async (groupId) => {
+      await admin.deleteGroups([groupId]);
     },
     disconnect: () => admin.disconnect(),
   };

@@ -19,21 +19,30 @@
  *   none came for a whole session, this member leaves the group (its partitions move, as
  *   they do when kafkajs stops heartbeating) and joins again once its batches ended.
  */
-import { Admin, Consumer, type Message, type MessagesStream, Producer } from '@platformatic/kafka';
+import {
+  Admin,
+  ConfigResourceTypes,
+  Consumer,
+  ListOffsetTimestamps,
+  type Message,
+  type MessagesStream,
+} from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
 import { KafkaTopicMissingError } from '../errors.js';
 import {
   type ClientBatch,
   type ClientContext,
   type ClusterAdmin,
-  type DeadLetterProducer,
   type GroupConsumer,
   type GroupConsumerHandlers,
   type KafkaClientDriver,
   type KafkaRecord,
   kafkaTypedError,
-  type OutgoingRecord,
 } from './clientApi.js';
+import { baseOptions, kafkaErrorName, toKafkaRecord, typed } from './platformaticOptions.js';
+import { ownPlatformaticProducer } from './platformaticProducer.js';
+import { platformaticScanTopic } from './platformaticScan.js';
+import { platformaticCreateTopics } from './platformaticTopics.js';
 
 /** Above this many records held in the queues, the stream stops fetching until half are done. */
 const MAX_BUFFERED = 2000;
@@ -52,56 +61,10 @@ export function platformaticDriver(context: ClientContext): KafkaClientDriver {
   return {
     name: '@platformatic/kafka',
     consumer: () => new PlatformaticGroupConsumer(context),
-    producer: () => platformaticProducer(context.config),
+    producer: (options) => ownPlatformaticProducer(context.config, options),
     admin: () => platformaticAdmin(context.config),
+    scanTopic: (scan) => platformaticScanTopic(context.config, scan),
   };
-}
-
-/** Connection options shared by the three clients, from the `broker` section. */
-function baseOptions(config: ResolvedKafkaConfig, clientId: string) {
-  const sasl = config.sasl as { mechanism?: string; username?: string; password?: string } | undefined;
-  return {
-    clientId,
-    bootstrapBrokers: config.brokers,
-    connectTimeout: config.connectionTimeout,
-    requestTimeout: config.requestTimeout,
-    timeout: config.requestTimeout,
-    ...(config.retry?.retries !== undefined ? { retries: config.retry.retries } : {}),
-    ...(config.retry?.initialRetryTime !== undefined ? { retryDelay: config.retry.initialRetryTime } : {}),
-    ...(config.ssl ? { tls: config.ssl === true ? {} : (config.ssl as object) } : {}),
-    ...(sasl
-      ? {
-          sasl: {
-            ...sasl,
-            // kafkajs spells mechanisms in lower case ('scram-sha-256'), @platformatic/kafka in upper.
-            mechanism: String(sasl.mechanism ?? 'plain').toUpperCase(),
-          } as never,
-        }
-      : {}),
-    ...(config.rackId !== undefined ? { clientRack: config.rackId } : {}),
-    autocreateTopics: false,
-  };
-}
-
-/** The Kafka error name (`apiId`) of an error of @platformatic/kafka, or of one it wraps. */
-export function kafkaErrorName(error: unknown, depth = 0): string | undefined {
-  if (error === null || typeof error !== 'object' || depth > 5) return undefined;
-  const e = error as { apiId?: unknown; errors?: unknown; cause?: unknown; type?: unknown };
-  if (typeof e.apiId === 'string') return e.apiId;
-  if (typeof e.type === 'string') return e.type;
-  if (Array.isArray(e.errors)) {
-    for (const inner of e.errors) {
-      const name = kafkaErrorName(inner, depth + 1);
-      if (name !== undefined) return name;
-    }
-  }
-  return kafkaErrorName(e.cause, depth + 1);
-}
-
-/** The error with the Kafka error name in `type` (what the adapter classifies on), else itself. */
-function typed(error: unknown): unknown {
-  const name = kafkaErrorName(error);
-  return name === undefined ? error : kafkaTypedError(name, error);
 }
 
 /** One partition's records not done yet, in offset order. */
@@ -466,72 +429,6 @@ class PlatformaticGroupConsumer implements GroupConsumer {
   }
 }
 
-/** A record of @platformatic/kafka in kafkajs' shape (what the envelope and dead letters read). */
-function toKafkaRecord(message: Message<Buffer, Buffer, Buffer, Buffer>): KafkaRecord {
-  const headers: Record<string, Buffer | Buffer[]> = {};
-  for (const [key, value] of message.headerEntries) {
-    const name = key.toString('utf8');
-    const seen = headers[name];
-    headers[name] = seen === undefined ? value : Array.isArray(seen) ? [...seen, value] : [seen, value];
-  }
-  return {
-    key: message.key ?? null,
-    value: message.value ?? null,
-    timestamp: message.timestamp.toString(),
-    attributes: 0,
-    offset: message.offset.toString(),
-    headers,
-  } as KafkaRecord;
-}
-
-function toBuffer(value: Buffer | string | null | undefined): Buffer | undefined {
-  if (value === null || value === undefined) return undefined;
-  return typeof value === 'string' ? Buffer.from(value) : value;
-}
-
-function platformaticProducer(config: ResolvedKafkaConfig): DeadLetterProducer {
-  // Idempotent: a retried send after a lost acknowledgement does not write the dead letter twice.
-  const producer = new Producer({
-    ...baseOptions(config, `${config.clientId}-dlq`),
-    idempotent: true,
-    acks: -1,
-  });
-  return {
-    // Connects on the first send.
-    connect: async () => {},
-    async send(topic, records: OutgoingRecord[]) {
-      try {
-        await producer.send({
-          acks: -1,
-          messages: records.map((record) => {
-            // A Map of Buffers: with an object, the default serialisers get the names as
-            // strings and the send fails (an idempotent producer's send never settles then).
-            const headers = new Map<Buffer, Buffer>();
-            for (const [name, value] of Object.entries(record.headers ?? {})) {
-              for (const one of Array.isArray(value) ? value : [value]) {
-                const buffer = toBuffer(one as Buffer | string | undefined);
-                if (buffer !== undefined) headers.set(Buffer.from(name), buffer);
-              }
-            }
-            const key = toBuffer(record.key);
-            const value = toBuffer(record.value);
-            return {
-              topic,
-              ...(key !== undefined ? { key } : {}),
-              ...(value !== undefined ? { value } : {}),
-              ...(record.partition !== undefined ? { partition: record.partition } : {}),
-              headers,
-            };
-          }),
-        });
-      } catch (error) {
-        throw typed(error);
-      }
-    },
-    disconnect: () => producer.close(),
-  };
-}
-
 function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
   const admin = new Admin(baseOptions(config, `${config.clientId}-admin`));
   const partitionCount = async (topic: string, forceUpdate = false) => {
@@ -555,26 +452,9 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
     },
     topicExists: async (topic) => (await admin.listTopics()).includes(topic),
     async createTopic(topic, partitions) {
-      try {
-        await admin.createTopics({ topics: [topic], partitions, replicas: -1 });
-      } catch (error) {
-        if (kafkaErrorName(error) !== 'TOPIC_ALREADY_EXISTS') throw error;
-      }
-      // Wait for every partition to have a leader (a KRaft broker answers
-      // UNKNOWN_TOPIC_OR_PARTITION for a moment after creating it).
-      const deadline = Date.now() + 30_000;
-      for (;;) {
-        try {
-          const described = await partitionCount(topic, true);
-          if (described && described.partitionsCount > 0 && described.partitions.every((p) => p.leader >= 0))
-            return;
-        } catch (error) {
-          const name = kafkaErrorName(error);
-          if (name !== 'UNKNOWN_TOPIC_OR_PARTITION' && name !== 'LEADER_NOT_AVAILABLE') throw error;
-        }
-        if (Date.now() >= deadline) throw new Error(`topic ${topic} has no leader after 30000 ms`);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
+      // A topic created meanwhile by another member counts; waits for its leaders (a KRaft
+      // broker answers UNKNOWN_TOPIC_OR_PARTITION for a moment after creating it).
+      await platformaticCreateTopics(admin, [{ topic, numPartitions: partitions }], 30_000);
     },
     async committedOffsets(groupId, topic) {
       const [group] = await admin.listConsumerGroupOffsets({ groups: [groupId] });
@@ -585,6 +465,66 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
       }
       return committed;
     },
+    async maxMessageBytes(topic) {
+      const [described] = await admin.describeConfigs({
+        resources: [
+          {
+            resourceType: ConfigResourceTypes.TOPIC,
+            resourceName: topic,
+            configurationKeys: ['max.message.bytes'],
+          },
+        ],
+      });
+      return Number(described?.configs.find((c) => c.name === 'max.message.bytes')?.value);
+    },
+    async describeCluster() {
+      const metadata = await admin.metadata({ topics: [], forceUpdate: true });
+      return { brokers: metadata.brokers.size, controller: metadata.controllerId };
+    },
+    async partitionOffsets(topic) {
+      const count = (await partitionCount(topic, true))?.partitionsCount ?? 0;
+      const at = async (timestamp: bigint) => {
+        const [listed] = await admin.listOffsets({
+          topics: [
+            {
+              name: topic,
+              partitions: Array.from({ length: count }, (_, partitionIndex) => ({
+                partitionIndex,
+                timestamp,
+              })),
+            },
+          ],
+        });
+        return new Map(listed?.partitions.map((p) => [p.partitionIndex, p.offset]) ?? []);
+      };
+      const [low, high] = await Promise.all([
+        at(ListOffsetTimestamps.EARLIEST),
+        at(ListOffsetTimestamps.LATEST),
+      ]);
+      return Array.from({ length: count }, (_, partition) => ({
+        partition,
+        low: low.get(partition) ?? 0n,
+        high: high.get(partition) ?? 0n,
+      }));
+    },
+    async groupState(groupId) {
+      const group = (await admin.describeGroups({ groups: [groupId] })).get(groupId);
+      const state = group === undefined ? undefined : kafkajsGroupState(group.state);
+      return group && state !== 'Dead' && state !== 'Unknown'
+        ? { state: state!, members: group.members.size }
+        : undefined;
+    },
+    deleteGroup: (groupId) => admin.deleteGroups({ groups: [groupId] }),
     disconnect: () => admin.close(),
   };
+}
+
+/** A group state as kafkajs spells it: 'STABLE' or 'Stable' (by protocol version) becomes 'Stable'. */
+function kafkajsGroupState(state: string): string {
+  if (!/^[A-Z_]+$/.test(state)) return state;
+  return state
+    .toLowerCase()
+    .split('_')
+    .map((word) => word.charAt(0).toUpperCase() + word.slice(1))
+    .join('');
 }
