@@ -18,6 +18,7 @@ import {
   DEDUPLICATION_ID_ATTRIBUTE,
   originalAttributes,
 } from './deadLetterAttributes.js';
+import { SqsOperationError, sqsErrorCode } from './errors.js';
 import { SqsQueueClient } from './SqsQueueClient.js';
 import { parseSqsConfig } from './sqsConfig.js';
 
@@ -27,6 +28,19 @@ import { parseSqsConfig } from './sqsConfig.js';
  * first copies come back (and a second `read` would list them twice): keep passes short.
  */
 export const DEAD_LETTER_SESSION_VISIBILITY_SECONDS = 120;
+
+/**
+ * A request of a session's own client that has no answer after this long fails (a dead or
+ * silent connection): reads wait at most 1 s on SQS, sends and deletes none.
+ */
+const REQUEST_TIMEOUT_MS = 15_000;
+
+/**
+ * How long `close()` tries to give the letters back: past it, it fails and they come back
+ * after {@link DEAD_LETTER_SESSION_VISIBILITY_SECONDS} instead, so a silent connection
+ * cannot hang `oncely dlq` as it finishes.
+ */
+export const DEAD_LETTER_CLOSE_TIMEOUT_MS = 10_000;
 
 interface SqsHeld extends HeldDeadLetter {
   readonly message: SqsMessage;
@@ -62,6 +76,13 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
       endpoint: settings.endpoint,
       region: settings.region,
       credentials: settings.credentials,
+      // Without throwOnRequestTimeout the SDK only warns when the timeout passes and waits
+      // on, for its 15-minute socket timeout, then retries.
+      requestHandler: {
+        requestTimeout: REQUEST_TIMEOUT_MS,
+        connectionTimeout: 10_000,
+        throwOnRequestTimeout: true,
+      },
     });
   try {
     const queue = new SqsQueueClient(client, settings.queueUrl);
@@ -156,19 +177,32 @@ class SqsDeadLetterSession implements DeadLetterSession {
   }
 
   async close(): Promise<void> {
+    // Bounded as a whole (the caller's own client may have no timeout, and the SDK retries).
+    const abortSignal = AbortSignal.timeout(DEAD_LETTER_CLOSE_TIMEOUT_MS);
     try {
       const handles = [...this.held.keys()];
       for (let i = 0; i < handles.length; i += 10) {
-        await this.client.send(
-          new ChangeMessageVisibilityBatchCommand({
-            QueueUrl: this.dlqUrl,
-            Entries: handles.slice(i, i + 10).map((handle, n) => ({
-              Id: String(n),
-              ReceiptHandle: handle,
-              VisibilityTimeout: 0,
-            })),
-          }),
-        );
+        await this.client
+          .send(
+            new ChangeMessageVisibilityBatchCommand({
+              QueueUrl: this.dlqUrl,
+              Entries: handles.slice(i, i + 10).map((handle, n) => ({
+                Id: String(n),
+                ReceiptHandle: handle,
+                VisibilityTimeout: 0,
+              })),
+            }),
+            { abortSignal },
+          )
+          .catch((error: unknown) => {
+            const code = abortSignal.aborted ? 'Timeout' : (sqsErrorCode(error) ?? 'unknown');
+            throw new SqsOperationError(
+              'ChangeMessageVisibilityBatch',
+              code,
+              `could not give back ${handles.length - i} dead letter(s) of ${this.dlqUrl} within ${DEAD_LETTER_CLOSE_TIMEOUT_MS} ms; they are visible again ${DEAD_LETTER_SESSION_VISIBILITY_SECONDS} s after they were read`,
+              { cause: error },
+            );
+          });
       }
       this.held.clear();
     } finally {
