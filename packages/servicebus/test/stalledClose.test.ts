@@ -65,7 +65,11 @@ describe.skipIf(!hasPostgres)(
       await sender.close();
       const receiver = client.createReceiver(queue);
       const got = await receiver.receiveMessages(3, { maxWaitTimeInMs: 2000 });
-      for (const m of got) await receiver.deadLetterMessage(m, { deadLetterReason: 'test' });
+      for (const m of got)
+        await receiver.deadLetterMessage(m, {
+          deadLetterReason: 'test',
+          deadLetterErrorDescription: 'stalled close',
+        });
       await receiver.close();
       const session = await openDeadLetters({
         name: `c-${queue}`,
