@@ -28,6 +28,7 @@ import { retryCopy } from './retryCopy.js';
 import { type DeliveryHost, ServiceBusDelivery } from './ServiceBusDelivery.js';
 import { parseServiceBusConfig, type ServiceBusSettings } from './serviceBusConfig.js';
 import { toEnvelope } from './toEnvelope.js';
+import { waitUntil } from './waitUntil.js';
 
 /** Lock duration assumed until the first delivery shows the real one (the service default). */
 const DEFAULT_LOCK_DURATION_MS = 60_000;
@@ -35,6 +36,13 @@ const DEFAULT_LOCK_DURATION_MS = 60_000;
 const MAX_DETAIL_LENGTH = 1024;
 /** How long a session worker waits for the next message before giving the session up. */
 const SESSION_IDLE_MS = 1000;
+/**
+ * Past `maxWaitTimeMs`, how long stop() and close() wait for a receive still running
+ * before they go on without it (a silent connection: it never returns).
+ */
+const RECEIVE_ANSWER_MARGIN_MS = 5000;
+/** How long close() waits for the broker to close the links and the connection. */
+const CLOSE_TIMEOUT_MS = 10_000;
 /**
  * How long a receive asking for more messages right after some arrived waits for them.
  * `receiveMessages(n)` returns once n messages arrived, or once this wait and a drain of
@@ -117,6 +125,8 @@ export class ServiceBusAdapter implements BrokerAdapter {
   private sessionWorkers = 0;
   private holdingWorkers = 0;
   private readonly halt = new AbortController();
+  /** Set by the first stop() or close(): the end of their waits for the calls running. */
+  private giveUpAt: number | undefined;
 
   constructor(
     broker: Record<string, unknown>,
@@ -264,20 +274,37 @@ export class ServiceBusAdapter implements BrokerAdapter {
    * Receivers stay open until `close()` so in-flight messages can still be completed.
    */
   async stop(): Promise<void> {
-    this.halt.abort();
-    if (!this.settings.sessions) await settled(this.loops);
+    const giveUpAt = this.halted();
+    if (!this.settings.sessions) await waitUntil(settled(this.loops), giveUpAt);
     // A held delayed retry abandons at once on the halt.
-    await settled(this.holds);
+    await waitUntil(settled(this.holds), giveUpAt);
   }
 
+  /**
+   * Each wait is bounded: on a silent connection (a black-holing network) a receive never
+   * returns (the SDK waits for the broker's answer to its drain) and each link's close
+   * waits a minute and more, which held the consumer's stop() for good. Past the bounds
+   * the client finishes closing in the background; what a late receive returns is
+   * abandoned at once (the halt), and what is locked returns when its lock expires.
+   */
   async close(): Promise<void> {
+    const giveUpAt = this.halted();
+    await waitUntil(settled(this.loops), giveUpAt);
+    await waitUntil(settled(this.holds), giveUpAt);
+    const closing = (async () => {
+      await this.receiver?.close().catch(() => {});
+      for (const receiver of this.sessionReceivers) await receiver.close().catch(() => {});
+      await this.sender?.close().catch(() => {});
+      if (this.ownsClient) await this.client.close().catch(() => {});
+    })();
+    await waitUntil(closing, Date.now() + CLOSE_TIMEOUT_MS);
+  }
+
+  /** Halts the loops; returns until when stop() and close() wait for the calls running. */
+  private halted(): number {
     this.halt.abort();
-    await settled(this.loops);
-    await settled(this.holds);
-    await this.receiver?.close().catch(() => {});
-    for (const receiver of this.sessionReceivers) await receiver.close().catch(() => {});
-    await this.sender?.close().catch(() => {});
-    if (this.ownsClient) await this.client.close().catch(() => {});
+    this.giveUpAt ??= Date.now() + this.settings.maxWaitTimeMs + RECEIVE_ANSWER_MARGIN_MS;
+    return this.giveUpAt;
   }
 
   // ------------------------------------------------------------------------------------

@@ -9,11 +9,21 @@ import type { BrokerConfig, ConsumerConfig, DeadLetterSession, HeldDeadLetter } 
 import type { AmqpAnnotatedMessage } from './retryCopy.js';
 import { parseServiceBusConfig } from './serviceBusConfig.js';
 import { COPY_PROPERTIES, toEnvelope } from './toEnvelope.js';
+import { waitUntil } from './waitUntil.js';
 
 /** Service Bus caps a MessageId at 128 characters. */
 const MAX_MESSAGE_ID_LENGTH = 128;
 /** Dead letters received per call while reading the sub-queue. */
 const RECEIVE_BATCH = 100;
+
+/**
+ * How long `close()` waits for the broker: first to take the abandons, then to close the
+ * links and the connection. Each of those waits for an answer (about a minute each, then
+ * retries, on a silent connection: `oncely dlq` hung for minutes as it finished). Past it
+ * `close()` returns: what was not abandoned returns when its lock expires (the queue's
+ * `LockDuration`), and the client finishes closing in the background.
+ */
+export const DEAD_LETTER_CLOSE_TIMEOUT_MS = 10_000;
 
 interface ServiceBusHeld extends HeldDeadLetter {
   readonly message: ServiceBusReceivedMessage;
@@ -98,14 +108,20 @@ class ServiceBusDeadLetterSession implements DeadLetterSession {
   }
 
   async close(): Promise<void> {
-    try {
-      for (const message of this.held) await this.receiver.abandonMessage(message).catch(() => {});
-      this.held.clear();
-    } finally {
+    const deadline = Date.now() + DEAD_LETTER_CLOSE_TIMEOUT_MS;
+    // A failed abandon costs nothing: the letter returns when its lock expires.
+    const held = [...this.held];
+    this.held.clear();
+    await waitUntil(
+      Promise.all(held.map((message) => this.receiver.abandonMessage(message).catch(() => {}))),
+      deadline,
+    );
+    const closing = (async () => {
       await this.receiver.close().catch(() => {});
       await this.sender.close().catch(() => {});
       await this.ownedClient?.close().catch(() => {});
-    }
+    })();
+    await waitUntil(closing, deadline);
   }
 
   private describe(message: ServiceBusReceivedMessage): ServiceBusHeld {

@@ -2,7 +2,7 @@
 export { createAdapter } from './createAdapter.js';
 export type { ServiceBusConsumerOptions } from './createServiceBusConsumer.js';
 export { createServiceBusConsumer } from './createServiceBusConsumer.js';
-export { openDeadLetters } from './deadLetters.js';
+export { DEAD_LETTER_CLOSE_TIMEOUT_MS, openDeadLetters } from './deadLetters.js';
 export { diagnose } from './diagnose.js';
 export {
   isLockLostError,

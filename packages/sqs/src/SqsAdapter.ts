@@ -156,10 +156,12 @@ export class SqsAdapter implements BrokerAdapter {
         region: this.settings.region,
         credentials: this.settings.credentials,
         // A half-open connection must not stall the receive loop forever; the timeout has
-        // to outlast the long poll itself.
+        // to outlast the long poll itself. Without throwOnRequestTimeout the SDK only logs
+        // a warning when it passes and waits on (for its 15-minute socket timeout).
         requestHandler: {
           requestTimeout: (this.settings.waitTimeSeconds + REQUEST_TIMEOUT_MARGIN_S) * 1000,
           connectionTimeout: 10_000,
+          throwOnRequestTimeout: true,
         },
       });
     this.queue = new SqsQueueClient(this.client, this.settings.queueUrl);
@@ -245,12 +247,22 @@ export class SqsAdapter implements BrokerAdapter {
    * connection, and a message it hands out then would stay invisible for a whole
    * visibility timeout. With `abortPollOnStop` the poll is aborted at once instead, at
    * that risk. Messages received but not yet dispatched (FIFO messages waiting for their
-   * group) are released now.
+   * group) are released now. A poll still unanswered `waitTimeSeconds + 15` s after
+   * stop() began is on a dead or silent connection: it is aborted then, so stop() ends
+   * even when the caller's own client has no request timeout.
    */
   async stop(): Promise<void> {
     this.abortPollIfAsked();
     this.wakeCapacityWaiters();
-    await this.loop;
+    const overdue = setTimeout(
+      () => this.poll?.abort(),
+      (this.settings.waitTimeSeconds + REQUEST_TIMEOUT_MARGIN_S) * 1000,
+    );
+    try {
+      await this.loop;
+    } finally {
+      clearTimeout(overdue);
+    }
     await this.sequencer.releaseWaiting();
   }
 

@@ -28,6 +28,19 @@ import { parseSqsConfig } from './sqsConfig.js';
  */
 export const DEAD_LETTER_SESSION_VISIBILITY_SECONDS = 120;
 
+/**
+ * A request of a session's own client that has no answer after this long fails (a dead or
+ * silent connection): reads wait at most 1 s on SQS, sends and deletes none.
+ */
+const REQUEST_TIMEOUT_MS = 15_000;
+
+/**
+ * How long `close()` tries to give the letters back: past it, it fails and they come back
+ * after {@link DEAD_LETTER_SESSION_VISIBILITY_SECONDS} instead, so a silent connection
+ * cannot hang `oncely dlq` as it finishes.
+ */
+export const DEAD_LETTER_CLOSE_TIMEOUT_MS = 10_000;
+
 interface SqsHeld extends HeldDeadLetter {
   readonly message: SqsMessage;
 }
@@ -65,6 +78,13 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
       endpoint: settings.endpoint,
       region: settings.region,
       credentials: settings.credentials,
+      // Without throwOnRequestTimeout the SDK only warns when the timeout passes and waits
+      // on, for its 15-minute socket timeout, then retries.
+      requestHandler: {
+        requestTimeout: REQUEST_TIMEOUT_MS,
+        connectionTimeout: 10_000,
+        throwOnRequestTimeout: true,
+      },
     });
   try {
     const queue = new SqsQueueClient(client, settings.queueUrl);
@@ -169,6 +189,9 @@ class SqsDeadLetterSession implements DeadLetterSession {
   async close(): Promise<void> {
     const refused: Array<{ hiddenUntil: HiddenUntil; why: string }> = [];
     const total = this.held.size;
+    // Bounded as a whole (the caller's own client may have no timeout, and the SDK retries):
+    // past it, the batches left fail at once and are reported with the others.
+    const abortSignal = AbortSignal.timeout(DEAD_LETTER_CLOSE_TIMEOUT_MS);
     try {
       const handles = [...this.held.entries()];
       for (let i = 0; i < handles.length; i += 10) {
@@ -183,6 +206,7 @@ class SqsDeadLetterSession implements DeadLetterSession {
                 VisibilityTimeout: 0,
               })),
             }),
+            { abortSignal },
           );
           for (const failure of out.Failed ?? []) {
             const entry = batch[Number(failure.Id)];
@@ -190,7 +214,11 @@ class SqsDeadLetterSession implements DeadLetterSession {
               refused.push({ hiddenUntil: entry[1], why: `${failure.Code}: ${failure.Message ?? ''}` });
           }
         } catch (error) {
-          const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+          const why = abortSignal.aborted
+            ? `no answer within ${DEAD_LETTER_CLOSE_TIMEOUT_MS} ms`
+            : error instanceof Error
+              ? `${error.name}: ${error.message}`
+              : String(error);
           for (const [, hiddenUntil] of batch) refused.push({ hiddenUntil, why });
         }
       }

@@ -3,7 +3,11 @@ export { createAdapter } from './createAdapter.js';
 export type { SqsConsumerOptions } from './createSqsConsumer.js';
 export { createSqsConsumer } from './createSqsConsumer.js';
 export { DEAD_LETTER_ATTRIBUTES } from './deadLetterAttributes.js';
-export { DEAD_LETTER_SESSION_VISIBILITY_SECONDS, openDeadLetters } from './deadLetters.js';
+export {
+  DEAD_LETTER_CLOSE_TIMEOUT_MS,
+  DEAD_LETTER_SESSION_VISIBILITY_SECONDS,
+  openDeadLetters,
+} from './deadLetters.js';
 export { diagnose } from './diagnose.js';
 export {
   isCredentialError,

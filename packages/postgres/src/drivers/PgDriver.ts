@@ -411,12 +411,22 @@ export class PgDriver implements StoreDriver {
       this.listenEnders.delete(onBroken);
       events.removeListener('notification', onNotification);
       events.removeListener('end', onBroken);
+      // Bounded like any statement: on a silent connection the UNLISTEN never answers (TCP
+      // keepalive notices after hours) and relay.stop() waited for it. Destroying the
+      // client also ends the LISTEN on the server.
+      const ms = this.timeouts.queryTimeoutMs;
+      let timer: NodeJS.Timeout | undefined;
+      const unanswered = new Promise<never>((_, reject) => {
+        if (ms > 0) timer = setTimeout(() => reject(new Error('UNLISTEN unanswered')), ms);
+      });
       try {
-        await client.query(`UNLISTEN ${quoteChannel(channel)}`);
+        await Promise.race([client.query(`UNLISTEN ${quoteChannel(channel)}`), unanswered]);
         events.removeListener('error', onBroken);
         client.release();
       } catch {
         client.release(true);
+      } finally {
+        clearTimeout(timer);
       }
     };
   }

@@ -217,8 +217,9 @@ export class Relay extends EventEmitter {
 
   /**
    * Stops: a `start()` in progress is waited for, the round in progress finishes (its
-   * sends are marked), then the loop ends and the notification connection is released.
-   * Producers stay open (they are yours).
+   * sends are marked), then the loop ends and the notification connection is released
+   * (its UNLISTEN bounded by the store's `queryTimeoutMs`, like every statement: a silent
+   * database cannot hold stop()). Producers stay open (they are yours).
    *
    * @example
    * ```ts
