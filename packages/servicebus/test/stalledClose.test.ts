@@ -6,7 +6,6 @@ import { PostgresStore } from '@oncely/postgres';
 import { TcpProxy } from '@oncely/testkit';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { DEAD_LETTER_CLOSE_TIMEOUT_MS } from '../src/deadLetters.js';
 import { createServiceBusConsumer, openDeadLetters } from '../src/index.js';
 import { DATABASE_URL, postgresAvailable } from './support.js';
 
