@@ -161,6 +161,23 @@ describe.skipIf(!hasPostgres)('Pub/Sub project from the environment (emulator + 
     });
   }, 30_000);
 
+  it('diagnose() reports a missing project as an error, before any name', async () => {
+    const { broker } = await setUp('env-diagnose-none');
+    delete process.env.GOOGLE_CLOUD_PROJECT;
+    const report = await diagnose({
+      name: 'env-diagnose-none',
+      broker: { type: 'pubsub', apiEndpoint: emulator.address, ...broker } as never,
+      store: undefined as never,
+      handler: async () => {},
+    });
+    expect(report.findings).toEqual([
+      {
+        level: 'error',
+        message: expect.stringMatching(/^no Google Cloud project found for Pub\/Sub .*start\(\) fails$/),
+      },
+    ]);
+  }, 30_000);
+
   it('refuses to start when no project can be found (BROKER_MISCONFIGURED)', async () => {
     const { fixture, broker } = await setUp('env-none');
     delete process.env.GOOGLE_CLOUD_PROJECT;
