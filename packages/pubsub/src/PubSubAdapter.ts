@@ -21,6 +21,7 @@ import { ClientInternals, RECEIPT_MODACK_BATCH_MS } from './clientInternals.js';
 import { PubSubDelivery } from './PubSubDelivery.js';
 import { type PubSubAdapterStats, PubSubSettler } from './PubSubSettler.js';
 import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import { resolveProject } from './resolveProject.js';
 import { SettlementClient } from './SettlementClient.js';
 import { type PubSubAdapterHealth, SubscriberStream } from './SubscriberStream.js';
 import {
@@ -88,9 +89,10 @@ export class PubSubAdapter implements BrokerAdapter {
   get address(): string {
     const { apiEndpoint, projectId, subscription } = this.settings;
     const name =
-      subscription.startsWith('projects/') || !projectId
+      this.resolvedName ??
+      (subscription.startsWith('projects/') || !projectId
         ? subscription
-        : `projects/${projectId}/subscriptions/${subscription}`;
+        : `projects/${projectId}/subscriptions/${subscription}`);
     return `${apiEndpoint ?? process.env.PUBSUB_EMULATOR_HOST ?? 'pubsub.googleapis.com'} (${name})`;
   }
   readonly defaultIdStrategy: IdStrategy = { attribute: 'message-id' };
@@ -100,7 +102,8 @@ export class PubSubAdapter implements BrokerAdapter {
   private readonly pubsub: PubSub;
   private readonly ownsClient: boolean;
   private readonly log: Logger;
-  private readonly subscriptionName: string;
+  /** The full name, once start() resolved the project (see subscriptionName). */
+  private resolvedName: string | undefined;
   private readonly settlement: SettlementClient;
   private readonly settler: PubSubSettler;
   private maxDeferred = MIN_DEFAULT_DEFERRED;
@@ -148,17 +151,17 @@ export class PubSubAdapter implements BrokerAdapter {
         ...(this.settings.projectId ? { projectId: this.settings.projectId } : {}),
         ...(this.settings.apiEndpoint ? { apiEndpoint: this.settings.apiEndpoint } : {}),
       });
-    this.subscriptionName = this.pubsub.subscription(this.settings.subscription).name;
     // Settlements go through their own unary client, built from the same options (the
-    // emulator's plain-text channel included).
+    // emulator's plain-text channel included). The names it sends are built at start,
+    // once the project is resolved: the client fills its placeholder only in its own calls.
     this.settlement = new SettlementClient(
       new v1.SubscriberClient(this.pubsub.options as ConstructorParameters<typeof v1.SubscriberClient>[0]),
-      this.subscriptionName,
+      () => this.subscriptionName,
       options.settlementWindowMs,
     );
     const settler = new PubSubSettler({
       settlement: this.settlement,
-      subscriptionName: this.subscriptionName,
+      subscriptionName: () => this.subscriptionName,
       facts: () => this.subscriptionFacts,
       deadLetterTopic: () => this.deadLetterTopic,
       idAttributes: idAttributes(options.idStrategy),
@@ -206,8 +209,20 @@ export class PubSubAdapter implements BrokerAdapter {
     };
   }
 
+  /**
+   * The subscription's full name with the resolved project. Before start() resolved it
+   * (nothing is received then), the configured name, for messages only.
+   */
+  private get subscriptionName(): string {
+    return this.resolvedName ?? this.settings.subscription;
+  }
+
   async start(runtime: AdapterRuntime): Promise<void> {
     this.runtime = runtime;
+    // First: every name built from here on (subscription, dead-letter topic, the copies'
+    // source) carries the project, wherever it came from (README, "Where the project comes from").
+    await resolveProject(this.pubsub);
+    this.resolvedName = this.pubsub.subscription(this.settings.subscription).name;
     this.maxDeferred =
       this.settings.maxDeferredMessages ?? Math.max(MIN_DEFAULT_DEFERRED, runtime.concurrency);
     const facts = await readSubscriptionFacts(

@@ -34,7 +34,8 @@ export interface PubSubAdapterStats {
 /** What a {@link PubSubSettler} reads from its adapter. */
 export interface PubSubSettlerContext {
   settlement: SettlementClient;
-  subscriptionName: string;
+  /** The full name once the adapter resolved its project (at start). */
+  subscriptionName(): string;
   facts(): SubscriptionFacts | undefined;
   deadLetterTopic(): Topic | undefined;
   /** Attributes a dead-letter copy must keep: the ones message IDs are read from. */
@@ -126,7 +127,8 @@ export class PubSubSettler {
   }
 
   async deadLetter(delivery: PubSubDelivery, reason: DeadLetterReason, detail: string): Promise<void> {
-    const { subscriptionName, stats } = this.context;
+    const { stats } = this.context;
+    const subscriptionName = this.context.subscriptionName();
     const topic = this.context.deadLetterTopic();
     if (!topic) {
       // Park it as long as one deadline allows: never processed unprotected, never dropped.
@@ -185,7 +187,8 @@ export class PubSubSettler {
     const now = Date.now();
     this.pruneDeferred(now);
     this.deferred.set(delivery, { until: now + seconds * 1000, parked });
-    const { log, subscriptionName } = this.context;
+    const { log } = this.context;
+    const subscriptionName = this.context.subscriptionName();
     const full = this.deferred.size >= this.context.maxDeferred();
     if (full && !this.reserveFull) {
       log.warn(

@@ -54,7 +54,7 @@ interface Pending {
  *
  * @example
  * ```ts
- * const settle = new SettlementClient(new v1.SubscriberClient(pubsub.options), subscriptionName);
+ * const settle = new SettlementClient(new v1.SubscriberClient(pubsub.options), () => subscriptionName);
  * await settle.ack(message.ackId, () => leaseExpiresAt);
  * ```
  */
@@ -70,7 +70,8 @@ export class SettlementClient {
 
   constructor(
     private readonly client: v1.SubscriberClient,
-    private readonly subscription: string,
+    /** The subscription's full name: known once the adapter resolved its project (at start). */
+    private readonly subscription: () => string,
     private readonly windowMs = SETTLEMENT_WINDOW_MS,
   ) {}
 
@@ -186,12 +187,13 @@ export class SettlementClient {
   private async send(kind: Kind, items: Pending[]): Promise<void> {
     const ackIds = items.map((item) => item.ackId);
     const operation = kind.op === 'ack' ? 'Acknowledge' : 'ModifyAckDeadline';
+    const subscription = this.subscription();
     try {
       if (kind.op === 'ack') {
-        await this.client.acknowledge({ subscription: this.subscription, ackIds }, NO_GAX_RETRY);
+        await this.client.acknowledge({ subscription, ackIds }, NO_GAX_RETRY);
       } else {
         await this.client.modifyAckDeadline(
-          { subscription: this.subscription, ackIds, ackDeadlineSeconds: kind.seconds },
+          { subscription, ackIds, ackDeadlineSeconds: kind.seconds },
           NO_GAX_RETRY,
         );
       }

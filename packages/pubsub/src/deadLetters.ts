@@ -8,6 +8,7 @@ import {
 } from '@oncely/core';
 import { DEAD_LETTER_ATTRIBUTES, readDeadLetter } from './deadLetterCopy.js';
 import { parsePubSubConfig } from './pubsubConfig.js';
+import { resolveProject } from './resolveProject.js';
 import { notPullable, readSubscriptionFacts, type SubscriptionFacts } from './subscriptionFacts.js';
 
 /**
@@ -87,7 +88,7 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
   try {
     // Resolves the project (PUBSUB_PROJECT_ID, the credentials): names below are then full
     // ones, which the generated clients and the copies' source attributes need.
-    const clientOptions = await pubsub.getClientConfig();
+    const clientOptions = await resolveProject(pubsub);
     const source = await readSubscriptionFacts(pubsub, pubsub.subscription(settings.subscription).name);
     const deadName = pubsub.subscription(settings.deadLetterSubscription).name;
     if (deadName === source.name) {

@@ -7,6 +7,7 @@ import {
   isOncelyError,
 } from '@oncely/core';
 import { maxExtensionMsFor, type PubSubSettings, parsePubSubConfig } from './pubsubConfig.js';
+import { resolveProject } from './resolveProject.js';
 import {
   notPullable,
   readSubscriptionFacts,
@@ -17,6 +18,7 @@ import {
 /**
  * Checks a Pub/Sub consumer config against the real subscription, for `oncely doctor`:
  *
+ * - a project can be found (broker.projectId, the environment, the credentials);
  * - the subscription exists, is not detached, and can be pulled (not push, not an export);
  * - the ack deadline (and the lease renewal that extends it) against `handlerTimeoutMs`;
  * - the dead-letter policy's `maxDeliveryAttempts` is **above** `maxAttempts`, so Oncely,
@@ -52,6 +54,13 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
       ...(settings.apiEndpoint ? { apiEndpoint: settings.apiEndpoint } : {}),
     });
   try {
+    // Before any name: until the project is known the client's names hold a placeholder.
+    try {
+      await resolveProject(pubsub);
+    } catch (error) {
+      findings.push({ level: 'error', message: `${(error as Error).message}; start() fails` });
+      return report;
+    }
     const name = pubsub.subscription(settings.subscription).name;
     let facts: SubscriptionFacts;
     try {

@@ -26,7 +26,7 @@ export interface PubSubBrokerConfig {
   type: 'pubsub';
   /** Subscription ID (`payments`) or full name (`projects/p/subscriptions/payments`). */
   subscription: string;
-  /** @default the client's own resolution (`PUBSUB_PROJECT_ID`, credentials) */
+  /** @default the client's own resolution, at start (README, "Where the project comes from") */
   projectId?: string;
   /**
    * `host:port` of an emulator (the client's emulator mode: plain-text gRPC, no
