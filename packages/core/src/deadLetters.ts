@@ -295,11 +295,20 @@ export class DeadLetters {
  * ```
  */
 export function failureGroupId(reason: string, error: string | undefined): string {
-  const hash = createHash('sha256').update(normalizeError(error)).digest('hex').slice(0, 8);
+  const hash = createHash('sha256').update(maskFailureError(error)).digest('hex').slice(0, 8);
   return `${reason}:${hash}`;
 }
 
-function normalizeError(error: string | undefined): string {
+/**
+ * An error as its failure group sees it: numbers replaced by `#`, trimmed (what
+ * {@link failureGroupId} hashes and a group shows).
+ *
+ * @example
+ * ```ts
+ * maskFailureError('message 42 too large: 9000 bytes'); // 'message # too large: # bytes'
+ * ```
+ */
+export function maskFailureError(error: string | undefined): string {
   return (error ?? '').replace(/\d+/g, '#').trim();
 }
 
@@ -308,7 +317,7 @@ function groupLetters(letters: DeadLetterInfo[]): FailureGroup[] {
   for (const letter of letters) {
     let group = groups.get(letter.group);
     if (!group) {
-      group = { id: letter.group, reason: letter.reason, error: normalizeError(letter.error), count: 0 };
+      group = { id: letter.group, reason: letter.reason, error: maskFailureError(letter.error), count: 0 };
       groups.set(letter.group, group);
     }
     group.count += 1;

@@ -11,7 +11,7 @@ export type {
   FailureGroup,
   ReplayReport,
 } from './deadLetters.js';
-export { DeadLetters, failureGroupId } from './deadLetters.js';
+export { DeadLetters, failureGroupId, maskFailureError } from './deadLetters.js';
 export type { DiscardRow } from './discardRecord.js';
 export { toDiscardRecord } from './discardRecord.js';
 export type { OncelyErrorCode } from './errors.js';

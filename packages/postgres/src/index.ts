@@ -14,6 +14,13 @@ export {
 } from './errors.js';
 export { quoteIdentifier } from './identifiers.js';
 export { LATEST_VERSION } from './migrations/index.js';
+export type {
+  DiscardedOutboxRow,
+  OutboxDeadLetter,
+  OutboxDiscardReport,
+  OutboxFailureGroup,
+  OutboxRetryReport,
+} from './outbox/outboxDeadLetters.js';
 export type { OutboxStats, StuckOutboxRow } from './outbox/PostgresOutbox.js';
 export { PostgresOutbox } from './outbox/PostgresOutbox.js';
 export type { RelayEvent, RelayOptions, RelayRound } from './outbox/Relay.js';

@@ -5,6 +5,7 @@ import { statements as attemptRun } from './0004_attempt_run.js';
 import { statements as outboxKeyOrder } from './0005_outbox_key_order.js';
 import { statements as deadLetterDiscards } from './0006_dead_letter_discards.js';
 import { statements as outboxFailingKeys } from './0007_outbox_failing_keys.js';
+import { statements as outboxDiscards } from './0008_outbox_discards.js';
 
 /** One forward-only migration. */
 export interface Migration {
@@ -27,6 +28,7 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 5, name: '0005_outbox_key_order', statements: outboxKeyOrder },
   { version: 6, name: '0006_dead_letter_discards', statements: deadLetterDiscards },
   { version: 7, name: '0007_outbox_failing_keys', statements: outboxFailingKeys },
+  { version: 8, name: '0008_outbox_discards', statements: outboxDiscards },
 ];
 
 /**

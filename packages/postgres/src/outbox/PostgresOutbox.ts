@@ -1,6 +1,15 @@
 import { isDeepStrictEqual } from 'node:util';
-import type { OutboxStore, OutboxWrite, SqlClient } from '@oncely/core';
+import type { DeadLetterSelection, OutboxStore, OutboxWrite, SqlClient } from '@oncely/core';
 import { ConfigError, checkOutboxWrite, encodeOutboxBody, OutboxIdConflictError } from '@oncely/core';
+import {
+  type DiscardedOutboxRow,
+  type OutboxDeadLetter,
+  type OutboxDiscardReport,
+  type OutboxFailureGroup,
+  type OutboxRetryReport,
+  readDeadLetters,
+  selectDeadLetters,
+} from './outboxDeadLetters.js';
 import type { OutboxQueries } from './outboxQueries.js';
 import { buildOutboxQueries } from './outboxQueries.js';
 
@@ -192,6 +201,106 @@ export class PostgresOutbox implements OutboxStore<SqlClient> {
     return this.runTransaction('outbox.retry()', async (client) => {
       const { rows } = await client.query<{ id: string }>(this.queries.retry, [ids ? [...ids] : null]);
       return rows.map((row) => row.id);
+    });
+  }
+
+  /**
+   * The dead-lettered rows, oldest first, and their failure groups (destination and last
+   * error with numbers masked, core's `failureGroupId`), the largest group first.
+   *
+   * @example
+   * ```ts
+   * const { groups } = await store.outbox.deadLetters();
+   * for (const g of groups) console.log(g.id, g.count, g.destination, g.error);
+   * ```
+   */
+  deadLetters(): Promise<{ rows: OutboxDeadLetter[]; groups: OutboxFailureGroup[] }> {
+    return this.runTransaction('outbox.deadLetters()', (client) =>
+      readDeadLetters(client, this.queries, false),
+    );
+  }
+
+  /**
+   * Puts the selected dead-lettered rows back to pending with a fresh attempt count:
+   * `{ ids }`, `{ group }` (a failure group's ID or a destination), `{ all: true }`; an
+   * empty selection is all of them, as `retry()`. `dryRun` only reports. Retrying is
+   * safe: consumers deduplicate by the row's ID. `notFound` names the IDs, or the group,
+   * that are not dead-lettered.
+   *
+   * @example
+   * ```ts
+   * const { retried } = await store.outbox.retryDeadLetters({ group: 'receipts:c338c400' });
+   * ```
+   */
+  retryDeadLetters(
+    selection: DeadLetterSelection = {},
+    options: { dryRun?: boolean } = {},
+  ): Promise<OutboxRetryReport> {
+    const dryRun = options.dryRun ?? false;
+    return this.runTransaction('outbox.retryDeadLetters()', async (client) => {
+      const { rows } = await readDeadLetters(client, this.queries, !dryRun);
+      const { chosen, notFound } = selectDeadLetters(rows, selection, false);
+      const ids = chosen.map((row) => row.id);
+      if (!dryRun && ids.length > 0) await client.query(this.queries.retry, [ids]);
+      return { dryRun, retried: ids, notFound };
+    });
+  }
+
+  /**
+   * Discards the selected dead-lettered rows for good: they become `discarded`, stamped
+   * with `by` and the database's time, and are never sent. The selection is required
+   * (`{ all: true }` for every row), so a forgotten one does not empty the dead letters.
+   * The rows stay, body and last error included, as the record ({@link discarded}).
+   *
+   * @example
+   * ```ts
+   * await store.outbox.discard({ ids: ['order-7:placed'] }, { by: 'alice' });
+   * ```
+   */
+  async discard(selection: DeadLetterSelection, options: { by: string }): Promise<OutboxDiscardReport> {
+    if (typeof options?.by !== 'string' || options.by === '') {
+      throw new ConfigError('by', 'must name who discards (a non-empty string)');
+    }
+    return this.runTransaction('outbox.discard()', async (client) => {
+      const { rows } = await readDeadLetters(client, this.queries, true);
+      const { chosen, notFound } = selectDeadLetters(rows, selection, true);
+      const ids = chosen.map((row) => row.id);
+      if (ids.length > 0) await client.query(this.queries.discard, [ids, options.by]);
+      return { discarded: ids, notFound, by: options.by };
+    });
+  }
+
+  /**
+   * Discarded rows with who discarded them and when, the latest first.
+   *
+   * @example
+   * ```ts
+   * const [last] = await store.outbox.discarded({ limit: 1 });
+   * ```
+   */
+  discarded(options: { limit?: number } = {}): Promise<DiscardedOutboxRow[]> {
+    const limit = options.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1)
+      throw new ConfigError('limit', `must be a positive integer; got ${limit}`);
+    return this.runTransaction('outbox.discarded()', async (client) => {
+      const { rows } = await client.query<{
+        id: string;
+        destination: string;
+        key: string | null;
+        attempts: number;
+        last_error: string | null;
+        discarded_by: string;
+        discarded_at: Date | string;
+      }>(this.queries.discarded, [limit]);
+      return rows.map((row) => ({
+        id: row.id,
+        destination: row.destination,
+        key: row.key,
+        attempts: Number(row.attempts),
+        lastError: row.last_error,
+        discardedBy: row.discarded_by,
+        discardedAt: new Date(row.discarded_at),
+      }));
     });
   }
 }

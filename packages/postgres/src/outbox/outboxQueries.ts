@@ -42,6 +42,14 @@ export interface OutboxQueries {
   readonly stuck: string;
   /** $1 text[] ids, or null for every failed row. Back to pending with a fresh count. */
   readonly retry: string;
+  /** Dead-lettered rows, oldest first. */
+  readonly deadLettered: string;
+  /** The same, locked: what `retry`/`discard` select from cannot change under them. */
+  readonly deadLetteredForUpdate: string;
+  /** $1 text[] ids, $2 who. Dead-lettered rows among them become `discarded`, stamped. */
+  readonly discard: string;
+  /** $1 limit. Discarded rows, the latest discard first. */
+  readonly discarded: string;
   /** $1 cutoff, $2 batch size. Sent rows sent before the cutoff, oldest first. */
   readonly pruneSent: string;
   /**
@@ -156,6 +164,16 @@ export function buildOutboxQueries(s: string): OutboxQueries {
       SET status = 'pending', attempts = 0, next_attempt_at = NULL, last_error = NULL
       WHERE status = 'failed' AND ($1::text[] IS NULL OR id = ANY($1::text[]))
       RETURNING id`,
+    deadLettered: `SELECT id, destination, key, attempts, last_error, created_at
+      FROM ${t} WHERE status = 'failed' ORDER BY xid, position`,
+    deadLetteredForUpdate: `SELECT id, destination, key, attempts, last_error, created_at
+      FROM ${t} WHERE status = 'failed' ORDER BY xid, position FOR UPDATE`,
+    discard: `UPDATE ${t}
+      SET status = 'discarded', discarded_by = $2, discarded_at = now(), next_attempt_at = NULL
+      WHERE status = 'failed' AND id = ANY($1::text[])
+      RETURNING id`,
+    discarded: `SELECT id, destination, key, attempts, last_error, discarded_by, discarded_at
+      FROM ${t} WHERE status = 'discarded' ORDER BY discarded_at DESC, position LIMIT $1`,
     pruneSent: `WITH doomed AS (
         SELECT position FROM ${t}
         WHERE status = 'sent' AND sent_at < $1
