@@ -96,6 +96,7 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
     const dead = await readSubscriptionFacts(pubsub, deadName);
     checkDeadLetterSubscription(
       dead,
+      source,
       settings.deadLetterTopic ?? source.deadLetterPolicy?.deadLetterTopic,
       pubsub,
     );
@@ -113,11 +114,24 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
 }
 
 /** Refuses a dead-letter subscription a pass could not read whole, or that reads another topic. */
-function checkDeadLetterSubscription(dead: SubscriptionFacts, topic: string | undefined, pubsub: PubSub) {
+function checkDeadLetterSubscription(
+  dead: SubscriptionFacts,
+  source: SubscriptionFacts,
+  topic: string | undefined,
+  pubsub: PubSub,
+) {
   const why = (text: string) =>
     new BrokerMisconfiguredError(`broker.deadLetterSubscription ${dead.name} ${text}`);
   const refusal = notPullable(dead);
   if (refusal) throw why(refusal);
+  // Checked before the topic: with no dead-letter topic configured (or the source topic
+  // given as one) nothing else would catch it, and every pass would take live messages
+  // for dead letters and replay publish them to the topic again, each pass once more.
+  if (dead.topic === source.topic) {
+    throw why(
+      `reads the consumer’s own topic ${source.topic}: it would list live messages as dead letters, and a replay would publish them to that topic again. Use a subscription on the dead-letter topic`,
+    );
+  }
   if (topic !== undefined && dead.topic !== pubsub.topic(topic).name) {
     throw why(`reads ${dead.topic}, not the consumer's dead-letter topic ${pubsub.topic(topic).name}`);
   }
@@ -185,8 +199,21 @@ class PubSubDeadLetterSession implements DeadLetterSession {
         `cannot replay to ${this.source.name}: its topic was deleted; the dead letter stays`,
       );
     }
-    // Returns once the service stored the message (its new message ID).
-    await this.publisher.publish({ topic: this.source.topic, messages: [held.replayMessage] });
+    try {
+      // Returns once the service stored the message (its new message ID).
+      await this.publisher.publish({ topic: this.source.topic, messages: [held.replayMessage] });
+    } catch (error) {
+      // The raw gRPC error names neither the letter nor what became of it: an operator
+      // must know it was not moved (and may be re-run) rather than guess.
+      const id = held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`;
+      throw Object.assign(
+        new Error(
+          `replay of dead letter ${id} failed: the publish to ${this.source.topic} was refused (${(error as Error).message}); it stays in ${this.name}`,
+          { cause: error },
+        ),
+        { code: (error as { code?: unknown }).code },
+      );
+    }
     await this.remove(letter);
   }
 

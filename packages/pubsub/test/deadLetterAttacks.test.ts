@@ -1,0 +1,192 @@
+import type { PubSub, Topic } from '@google-cloud/pubsub';
+import { status } from '@grpc/grpc-js';
+import { DeadLetters, silentLogger } from '@oncely/core';
+import type { PubSubEmulator } from '@oncely/emulators/pubsub';
+import { DEAD_LETTER_ATTRIBUTES } from '@oncely/pubsub';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type AdapterFixture, adapterFixture, unique } from './fixture.js';
+import { adminClient, postgresAvailable, startEmulator } from './support.js';
+
+// Attacks on the Pub/Sub dead-letter session (oncely dlq) as an operator of a payments
+// consumer would hurt it: faults mid-pass, bad copies, bad configuration. Each checks that
+// no dead letter is lost (in the source, or still in the dead-letter subscription).
+const hasPostgres = await postgresAvailable();
+let emulator: PubSubEmulator;
+let pubsub: PubSub;
+
+beforeAll(async () => {
+  emulator = await startEmulator();
+  pubsub = adminClient(emulator);
+});
+afterAll(async () => {
+  await pubsub?.close();
+  await emulator?.stop();
+});
+
+describe.skipIf(!hasPostgres)('Pub/Sub dead letters under attack (emulator + PostgreSQL)', () => {
+  const fixtures: AdapterFixture[] = [];
+  afterEach(async () => {
+    for (const fixture of fixtures.splice(0)) await fixture.drop();
+  });
+
+  async function setUp(label: string) {
+    const fixture = await adapterFixture(pubsub, emulator, label);
+    fixtures.push(fixture);
+    const [deadTopic] = await pubsub.createTopic(unique(`${label}-dlt`));
+    const [deadSubscription] = await deadTopic.createSubscription(unique(`${label}-dlt-sub`), {
+      ackDeadlineSeconds: 10,
+    });
+    const config = (broker: Record<string, unknown> = {}) => ({
+      name: label,
+      broker: {
+        ...fixture.broker,
+        deadLetterTopic: deadTopic.name,
+        deadLetterSubscription: deadSubscription.name,
+        ...broker,
+      } as never,
+      store: fixture.store,
+      handler: async () => {},
+      logger: silentLogger,
+    });
+    const ids = (name: string, states = ['ready', 'outstanding']) =>
+      emulator
+        .inspectSubscription(name)!
+        .messages.filter((m) => states.includes(m.state))
+        .map((m) => m.attributes['message-id']!)
+        .sort();
+    return { fixture, deadTopic, deadSubscription, config, ids };
+  }
+
+  /** `count` Oncely copies of messages `${prefix}-i` from the fixture's subscription. */
+  async function deadLetter(deadTopic: Topic, fixture: AdapterFixture, prefix: string, count: number) {
+    const names: string[] = [];
+    for (let start = 0; start < count; start += 200) {
+      const batch = Array.from({ length: Math.min(200, count - start) }, (_, k) => `${prefix}-${start + k}`);
+      await Promise.all(
+        batch.map((id) =>
+          deadTopic.publishMessage({
+            data: Buffer.from(JSON.stringify({ id })),
+            attributes: {
+              'message-id': id,
+              [DEAD_LETTER_ATTRIBUTES.reason]: 'max-attempts',
+              [DEAD_LETTER_ATTRIBUTES.detail]: 'payment service down',
+              [DEAD_LETTER_ATTRIBUTES.sourceMessageId]: '1',
+              [DEAD_LETTER_ATTRIBUTES.sourceSubscription]: fixture.subscriptionName,
+            },
+          }),
+        ),
+      );
+      names.push(...batch);
+    }
+    return names.sort();
+  }
+
+  it('refuses a dead-letter subscription on the source topic: it would list live messages and replay them again', async () => {
+    const { fixture, config } = await setUp('atk-loop');
+    // A subscription on the consumer's own topic, with no dead-letter topic to check it
+    // against (no broker.deadLetterTopic, no policy): every live message would be listed
+    // as a dead letter ('unknown') and a replay would publish it to the topic again.
+    const [sibling] = await fixture.topic.createSubscription(unique('atk-loop-sibling'));
+    await fixture.topic.publishMessage({ data: Buffer.from('{}'), attributes: { 'message-id': 'live-1' } });
+    const opening = DeadLetters.open(
+      config({ deadLetterTopic: undefined, deadLetterSubscription: sibling.name }),
+    ).then((dead) => dead.list());
+    await expect(opening).rejects.toMatchObject({
+      code: 'BROKER_MISCONFIGURED',
+      message: expect.stringContaining('reads the consumer’s own topic'),
+    });
+    // broker.deadLetterTopic set to the source topic itself: refused the same way.
+    const same = DeadLetters.open(
+      config({ deadLetterTopic: fixture.topic.name, deadLetterSubscription: sibling.name }),
+    ).then((dead) => dead.list());
+    await expect(same).rejects.toMatchObject({ code: 'BROKER_MISCONFIGURED' });
+  }, 30_000);
+
+  it('reads a copy with garbage in its folded attribute without inventing attributes', async () => {
+    const { fixture, deadTopic, config } = await setUp('atk-garbage');
+    const source = fixture.subscriptionName;
+    const garbage = [
+      { reason: 'max-attempts', sourceSubscription: source, moved: { kept: 'yes', bad: { b: 1 } } },
+      { reason: 'max-attempts', sourceSubscription: source, moved: 'abc', orderingKey: 7 },
+      { reason: 42, detail: ['x'], sourceSubscription: source },
+    ];
+    for (const [i, folded] of garbage.entries()) {
+      await deadTopic.publishMessage({
+        data: Buffer.from('{}'),
+        attributes: { 'message-id': `garbage-${i}`, [DEAD_LETTER_ATTRIBUTES.folded]: JSON.stringify(folded) },
+      });
+    }
+    await deadTopic.publishMessage({
+      data: Buffer.from('{}'),
+      attributes: { 'message-id': 'garbage-3', [DEAD_LETTER_ATTRIBUTES.folded]: '5' },
+    });
+    const dead = await DeadLetters.open(config());
+    const { letters } = await dead.list();
+    const byId = Object.fromEntries(letters.map((l) => [l.messageId, l]));
+    expect(Object.keys(byId).sort()).toEqual(['garbage-0', 'garbage-1', 'garbage-2', 'garbage-3']);
+    // Only string attributes of the original come back; nothing made of a string's letters.
+    expect(byId['garbage-0']!.attributes).toEqual({ 'message-id': 'garbage-0', kept: 'yes' });
+    expect(byId['garbage-1']!.attributes).toEqual({ 'message-id': 'garbage-1' });
+    for (const letter of letters) expect(typeof letter.reason).toBe('string');
+    expect(byId['garbage-2']!.reason).toBe('unknown');
+    expect(byId['garbage-3']!.reason).toBe('unknown');
+    expect(await dead.replay({})).toMatchObject({ replayed: expect.arrayContaining(['garbage-0']) });
+    const back = emulator.inspectSubscription(source)!.messages;
+    expect(back.map((m) => [m.attributes['message-id'], m.attributes, m.orderingKey ?? '']).sort()).toEqual([
+      ['garbage-0', { 'message-id': 'garbage-0', kept: 'yes' }, ''],
+      ['garbage-1', { 'message-id': 'garbage-1' }, ''],
+      ['garbage-2', { 'message-id': 'garbage-2' }, ''],
+      ['garbage-3', { 'message-id': 'garbage-3' }, ''],
+    ]);
+  }, 30_000);
+
+  it('keeps every dead letter when the source topic is deleted mid-replay, and says which and why', async () => {
+    const { fixture, deadTopic, deadSubscription, config, ids } = await setUp('atk-refused');
+    const all = await deadLetter(deadTopic, fixture, 'pay', 120);
+    const dead = await DeadLetters.open(config());
+    let seen = 0;
+    let deleting: Promise<unknown> | undefined;
+    const error = await dead
+      .replay(
+        {},
+        {
+          onReplayed: () => {
+            seen += 1;
+            if (seen === 10) deleting = fixture.topic.delete();
+          },
+        },
+      )
+      .then(
+        () => undefined,
+        (e: Error) => e,
+      );
+    await deleting;
+    expect(error?.message).toMatch(
+      /^replay of dead letter pay-\d+ failed: the publish to projects\/.*\/topics\/atk-refused-.* was refused \(5 NOT_FOUND.*\); it stays in projects\/.*\/subscriptions\/atk-refused-dlt-sub-/,
+    );
+    const inSource = ids(fixture.subscriptionName);
+    const left = ids(deadSubscription.name);
+    expect(all.filter((id) => !inSource.includes(id) && !left.includes(id))).toEqual([]);
+    expect(left.length).toBeGreaterThan(0);
+  }, 30_000);
+
+  it('loses nothing when Acknowledge fails after the publish (the copy stays: a duplicate at most)', async () => {
+    const { fixture, deadTopic, deadSubscription, config, ids } = await setUp('atk-ack');
+    const all = await deadLetter(deadTopic, fixture, 'pay', 120);
+    const dead = await DeadLetters.open(config());
+    emulator.failSettlements({
+      rpc: 'Acknowledge',
+      count: 3,
+      code: status.FAILED_PRECONDITION,
+      subscription: deadSubscription.name,
+    });
+    await expect(dead.replay({})).rejects.toThrow(/FAILED_PRECONDITION/);
+    const inSource = ids(fixture.subscriptionName);
+    const left = ids(deadSubscription.name);
+    expect(all.filter((id) => !inSource.includes(id) && !left.includes(id))).toEqual([]);
+    // A second replay finishes the job; the markers would absorb the duplicates.
+    await dead.replay({});
+    expect(ids(deadSubscription.name)).toEqual([]);
+    expect(new Set(ids(fixture.subscriptionName))).toEqual(new Set(all));
+  }, 30_000);
+});
