@@ -171,12 +171,25 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   async read(): Promise<HeldDeadLetter[]> {
     const letters: PubSubHeld[] = [];
     for (;;) {
-      const received = await this.pull();
-      if (received.length === 0) return letters;
-      await this.modAck(
-        received.map((r) => r.ackId!),
-        DEAD_LETTER_SESSION_LEASE_SECONDS,
-      );
+      let received: ReceivedMessage[];
+      try {
+        received = await this.pull();
+        if (received.length === 0) return letters;
+        await this.modAck(
+          received.map((r) => r.ackId!),
+          DEAD_LETTER_SESSION_LEASE_SECONDS,
+        );
+      } catch (error) {
+        // The bare gRPC error ('1 CANCELLED: Call cancelled') does not tell an operator
+        // whether anything was moved: nothing was, and a later pass reads the letters again.
+        throw Object.assign(
+          new Error(
+            `reading dead letters from ${this.name} failed after ${this.held.size} copies (${(error as Error).message}): nothing was moved; the copies read come back to the subscription (given back now, or at their ack deadline) for a later pass`,
+            { cause: error },
+          ),
+          { code: (error as { code?: unknown }).code },
+        );
+      }
       for (const message of received) {
         const copyId = message.message?.messageId ?? '';
         const known = this.held.get(copyId);

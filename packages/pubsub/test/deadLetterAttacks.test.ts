@@ -2,7 +2,7 @@ import type { PubSub, Topic } from '@google-cloud/pubsub';
 import { status } from '@grpc/grpc-js';
 import { DeadLetters, silentLogger } from '@oncely/core';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
-import { DEAD_LETTER_ATTRIBUTES } from '@oncely/pubsub';
+import { DEAD_LETTER_ATTRIBUTES, openDeadLetters } from '@oncely/pubsub';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type AdapterFixture, adapterFixture, unique } from './fixture.js';
 import { adminClient, postgresAvailable, startEmulator } from './support.js';
@@ -189,4 +189,23 @@ describe.skipIf(!hasPostgres)('Pub/Sub dead letters under attack (emulator + Pos
     expect(ids(deadSubscription.name)).toEqual([]);
     expect(new Set(ids(fixture.subscriptionName))).toEqual(new Set(all));
   }, 30_000);
+
+  it('says what a failed Pull left behind (nothing moved), and a later pass reads every letter', async () => {
+    const { fixture, deadTopic, config } = await setUp('atk-pull');
+    const all = await deadLetter(deadTopic, fixture, 'pay', 50);
+    const session = await openDeadLetters(config());
+    // The service gone between the session's set-up and its first Pull.
+    const restarting = emulator.restart({ downMs: 3000 });
+    const error = await session.read().then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    await restarting;
+    await session.close();
+    expect(error?.message).toMatch(
+      /^reading dead letters from projects\/.*\/subscriptions\/atk-pull-dlt-sub-\S+ failed after 0 copies \(\d+ [A-Z_]+: .*\): nothing was moved/,
+    );
+    const { letters } = await (await DeadLetters.open(config())).list();
+    expect(letters.map((l) => l.messageId).sort()).toEqual(all);
+  }, 60_000);
 });
