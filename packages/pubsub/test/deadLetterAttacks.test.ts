@@ -208,4 +208,27 @@ describe.skipIf(!hasPostgres)('Pub/Sub dead letters under attack (emulator + Pos
     const { letters } = await (await DeadLetters.open(config())).list();
     expect(letters.map((l) => l.messageId).sort()).toEqual(all);
   }, 60_000);
+
+  it('lists and replays three dead letters near the 10 MB limit (more than one response holds)', async () => {
+    const { fixture, deadTopic, deadSubscription, config, ids } = await setUp('atk-big');
+    const all = ['big-0', 'big-1', 'big-2'];
+    for (const id of all) {
+      await deadTopic.publishMessage({
+        data: Buffer.alloc(9_900_000, id),
+        attributes: {
+          'message-id': id,
+          [DEAD_LETTER_ATTRIBUTES.reason]: 'max-attempts',
+          [DEAD_LETTER_ATTRIBUTES.sourceSubscription]: fixture.subscriptionName,
+        },
+      });
+    }
+    const dead = await DeadLetters.open(config());
+    const { letters } = await dead.list();
+    expect(letters.map((l) => l.messageId).sort()).toEqual(all);
+    expect(await dead.replay({})).toMatchObject({ replayed: expect.arrayContaining(all) });
+    expect(ids(fixture.subscriptionName)).toEqual(all);
+    expect(ids(deadSubscription.name)).toEqual([]);
+    const back = emulator.inspectSubscription(fixture.subscriptionName)!.messages;
+    expect(back.map((m) => m.data.length)).toEqual([9_900_000, 9_900_000, 9_900_000]);
+  }, 60_000);
 });
