@@ -182,12 +182,9 @@ class PubSubDeadLetterSession implements DeadLetterSession {
       } catch (error) {
         // The bare gRPC error ('1 CANCELLED: Call cancelled') does not tell an operator
         // whether anything was moved: nothing was, and a later pass reads the letters again.
-        throw Object.assign(
-          new Error(
-            `reading dead letters from ${this.name} failed after ${this.held.size} copies (${(error as Error).message}): nothing was moved; the copies read come back to the subscription (given back now, or at their ack deadline) for a later pass`,
-            { cause: error },
-          ),
-          { code: (error as { code?: unknown }).code },
+        throw explained(
+          `reading dead letters from ${this.name} failed after ${this.held.size} copies (${(error as Error).message}): nothing was moved; the copies read come back to the subscription (given back now, or at their ack deadline) for a later pass`,
+          error,
         );
       }
       for (const message of received) {
@@ -212,22 +209,26 @@ class PubSubDeadLetterSession implements DeadLetterSession {
         `cannot replay to ${this.source.name}: its topic was deleted; the dead letter stays`,
       );
     }
+    // The raw gRPC errors name neither the letter nor what became of it: an operator must
+    // know whether it went out, and that a re-run is safe, rather than guess.
+    const id = held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`;
     try {
       // Returns once the service stored the message (its new message ID).
       await this.publisher.publish({ topic: this.source.topic, messages: [held.replayMessage] });
     } catch (error) {
-      // The raw gRPC error names neither the letter nor what became of it: an operator
-      // must know it was not moved (and may be re-run) rather than guess.
-      const id = held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`;
-      throw Object.assign(
-        new Error(
-          `replay of dead letter ${id} failed: the publish to ${this.source.topic} was refused (${(error as Error).message}); it stays in ${this.name}`,
-          { cause: error },
-        ),
-        { code: (error as { code?: unknown }).code },
+      throw explained(
+        `replay of dead letter ${id} failed: the publish to ${this.source.topic} was refused (${(error as Error).message}); it stays in ${this.name}`,
+        error,
       );
     }
-    await this.remove(letter);
+    try {
+      await this.remove(letter);
+    } catch (error) {
+      throw explained(
+        `replay of dead letter ${id}: published to ${this.source.topic}, but removing it from ${this.name} failed (${(error as Error).message}): it is in both; a later replay sends it again and the consumer's marker absorbs it`,
+        error,
+      );
+    }
   }
 
   async remove(letter: HeldDeadLetter): Promise<void> {
@@ -295,6 +296,11 @@ class PubSubDeadLetterSession implements DeadLetterSession {
     if (from === undefined) return true;
     return from === this.source.name || from === this.source.name.split('/').pop();
   }
+}
+
+/** An error that says what happened to the letters, the gRPC error as its cause (and its code kept). */
+function explained(message: string, cause: unknown): Error {
+  return Object.assign(new Error(message, { cause }), { code: (cause as { code?: unknown }).code });
 }
 
 function describe(received: ReceivedMessage): PubSubHeld {
