@@ -26,6 +26,12 @@ const IDS_PER_REQUEST = 500;
  */
 const LAST_PULL_WAIT_MS = 3000;
 const DEADLINE_EXCEEDED = 4;
+/**
+ * How long before its lease would end a session stops settling: an ack after the lease
+ * ended is dropped silently (the letter stays and would be sent again), and a copy whose
+ * lease ended may already be in another pass.
+ */
+const LEASE_MARGIN_MS = 10_000;
 /** The attributes Pub/Sub's own dead-letter policy adds to what it forwards. */
 const POLICY_ATTRIBUTES = [
   'CloudPubSubDeadLetterSourceDeliveryCount',
@@ -151,6 +157,10 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   private readonly held = new Map<string, PubSubHeld>();
   private readonly renewal: NodeJS.Timeout;
   private renewing: Promise<void> = Promise.resolve();
+  /** Until when every held copy is leased to this session (the oldest lease not renewed). */
+  private leasedUntil = Number.POSITIVE_INFINITY;
+  /** The last renewal's failure, while renewals fail. */
+  private renewalError: Error | undefined;
 
   constructor(
     private readonly subscriber: v1.SubscriberClient,
@@ -161,7 +171,7 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   ) {
     this.renewal = setInterval(
       () => {
-        this.renewing = this.renewAll().catch(() => {});
+        this.renewing = this.renewAll();
       },
       (DEAD_LETTER_SESSION_LEASE_SECONDS * 1000) / 3,
     );
@@ -172,9 +182,11 @@ class PubSubDeadLetterSession implements DeadLetterSession {
     const letters: PubSubHeld[] = [];
     for (;;) {
       let received: ReceivedMessage[];
+      let leasedAt: number;
       try {
         received = await this.pull();
         if (received.length === 0) return letters;
+        leasedAt = Date.now();
         await this.modAck(
           received.map((r) => r.ackId!),
           DEAD_LETTER_SESSION_LEASE_SECONDS,
@@ -187,6 +199,7 @@ class PubSubDeadLetterSession implements DeadLetterSession {
           error,
         );
       }
+      this.leasedUntil = Math.min(this.leasedUntil, leasedAt + DEAD_LETTER_SESSION_LEASE_SECONDS * 1000);
       for (const message of received) {
         const copyId = message.message?.messageId ?? '';
         const known = this.held.get(copyId);
@@ -212,6 +225,7 @@ class PubSubDeadLetterSession implements DeadLetterSession {
     // The raw gRPC errors name neither the letter nor what became of it: an operator must
     // know whether it went out, and that a re-run is safe, rather than guess.
     const id = held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`;
+    this.checkLease(`replay of dead letter ${id}`);
     try {
       // Returns once the service stored the message (its new message ID).
       await this.publisher.publish({ topic: this.source.topic, messages: [held.replayMessage] });
@@ -222,7 +236,8 @@ class PubSubDeadLetterSession implements DeadLetterSession {
       );
     }
     try {
-      await this.remove(letter);
+      // Not checked against the lease: once published, acking is the best left to do.
+      await this.acknowledge(held);
     } catch (error) {
       throw explained(
         `replay of dead letter ${id}: published to ${this.source.topic}, but removing it from ${this.name} failed (${(error as Error).message}): it is in both; a later replay sends it again and the consumer's marker absorbs it`,
@@ -233,6 +248,13 @@ class PubSubDeadLetterSession implements DeadLetterSession {
 
   async remove(letter: HeldDeadLetter): Promise<void> {
     const held = letter as PubSubHeld;
+    this.checkLease(
+      `removal of dead letter ${held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`}`,
+    );
+    await this.acknowledge(held);
+  }
+
+  private async acknowledge(held: PubSubHeld): Promise<void> {
     await this.subscriber.acknowledge({ subscription: this.name, ackIds: [held.ackId] });
     this.held.delete(held.copyId);
   }
@@ -272,9 +294,30 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   }
 
   private async renewAll(): Promise<void> {
-    await this.modAck(
-      [...this.held.values()].map((h) => h.ackId),
-      DEAD_LETTER_SESSION_LEASE_SECONDS,
+    const renewedAt = Date.now();
+    try {
+      await this.modAck(
+        [...this.held.values()].map((h) => h.ackId),
+        DEAD_LETTER_SESSION_LEASE_SECONDS,
+      );
+    } catch (error) {
+      this.renewalError = error as Error;
+      return;
+    }
+    this.renewalError = undefined;
+    this.leasedUntil = renewedAt + DEAD_LETTER_SESSION_LEASE_SECONDS * 1000;
+  }
+
+  /**
+   * Refuses to act on a copy whose lease is about to end, or has ended, for want of
+   * renewals: its ack would be dropped (a replayed letter then stays in the DLQ as well, and
+   * the report would claim it moved), or another pass may already hold it.
+   */
+  private checkLease(what: string) {
+    if (Date.now() < this.leasedUntil - LEASE_MARGIN_MS) return;
+    const why = this.renewalError ? ` (${this.renewalError.message})` : '';
+    throw new Error(
+      `the lease on the dead letters of ${this.name} could not be renewed${why} and ends at ${new Date(this.leasedUntil).toISOString()}: stopped before the ${what}, so that no letter is in both places or in two passes; the rest stay in the subscription, run the command again`,
     );
   }
 

@@ -2,7 +2,7 @@ import type { PubSub, Topic } from '@google-cloud/pubsub';
 import { status } from '@grpc/grpc-js';
 import { DeadLetters, silentLogger } from '@oncely/core';
 import type { PubSubEmulator } from '@oncely/emulators/pubsub';
-import { DEAD_LETTER_ATTRIBUTES, openDeadLetters } from '@oncely/pubsub';
+import { DEAD_LETTER_ATTRIBUTES, DEAD_LETTER_SESSION_LEASE_SECONDS, openDeadLetters } from '@oncely/pubsub';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type AdapterFixture, adapterFixture, unique } from './fixture.js';
 import { adminClient, postgresAvailable, startEmulator } from './support.js';
@@ -266,4 +266,52 @@ describe.skipIf(!hasPostgres)('Pub/Sub dead letters under attack (emulator + Pos
       message: expect.stringContaining('projects/other-project/subscriptions/payments-dead does not exist'),
     });
   }, 30_000);
+
+  it('stops a replay whose lease it can no longer renew, before a letter would be in both places', async () => {
+    const { fixture, deadTopic, deadSubscription, config, ids } = await setUp('atk-lapse');
+    const all = await deadLetter(deadTopic, fixture, 'pay', 300);
+    // A slow pass (a busy store: 12 s per window of 50) that outlives the 60 s lease.
+    const store = fixture.store;
+    const slowStore = Object.assign(Object.create(store), {
+      clearAttempts: async (at: { consumer: string; messageId: string }) => {
+        await new Promise((resolve) => setTimeout(resolve, 12_000));
+        return store.clearAttempts(at);
+      },
+    });
+    // Renewals refused from the first replay on: the lease taken at the read lapses.
+    let outage: { clear(): void } | undefined;
+    const refuseRenewals = () => {
+      outage ??= emulator.failSettlements({
+        rpc: 'ModifyAckDeadline',
+        ackDeadlineSeconds: DEAD_LETTER_SESSION_LEASE_SECONDS,
+        count: 1_000_000,
+        code: status.FAILED_PRECONDITION,
+        subscription: deadSubscription.name,
+      });
+    };
+    const dead = await DeadLetters.open({ ...config(), store: slowStore });
+    const error = await dead.replay({}, { onReplayed: refuseRenewals }).then(
+      (report) => report,
+      (e: Error) => e,
+    );
+    outage?.clear();
+    // Before: the pass reported all 300 replayed while the acks of the lapsed ones were
+    // ignored: they stayed dead letters too, to be sent again by the next replay.
+    const inSource = ids(fixture.subscriptionName);
+    const left = ids(deadSubscription.name);
+    expect({
+      inBoth: inSource.filter((id) => left.includes(id)).length,
+      failed: error instanceof Error,
+    }).toEqual({
+      inBoth: 0,
+      failed: true,
+    });
+    expect((error as Error).message).toMatch(
+      /lease .* could not be renewed .*FAILED_PRECONDITION.*stopped before/,
+    );
+    expect([...inSource, ...left].sort()).toEqual(all);
+    await DeadLetters.open(config()).then((again) => again.replay({}));
+    expect(ids(deadSubscription.name)).toEqual([]);
+    expect(ids(fixture.subscriptionName)).toEqual(all);
+  }, 180_000);
 });
