@@ -248,10 +248,17 @@ class PubSubDeadLetterSession implements DeadLetterSession {
 
   async remove(letter: HeldDeadLetter): Promise<void> {
     const held = letter as PubSubHeld;
-    this.checkLease(
-      `removal of dead letter ${held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`}`,
-    );
-    await this.acknowledge(held);
+    const id = held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`;
+    this.checkLease(`removal of dead letter ${id}`);
+    try {
+      await this.acknowledge(held);
+    } catch (error) {
+      // Only discard removes without a replay, and it recorded the letter first.
+      throw explained(
+        `discard of dead letter ${id}: removing it from ${this.name} failed (${(error as Error).message}): it stays, its discard recorded; run the discard again (it records it a second time)`,
+        error,
+      );
+    }
   }
 
   private async acknowledge(held: PubSubHeld): Promise<void> {

@@ -267,6 +267,52 @@ describe.skipIf(!hasPostgres)('Pub/Sub dead letters under attack (emulator + Pos
     });
   }, 30_000);
 
+  it('rides out the connection cut mid-replay (the client retries Publish and Acknowledge): nothing lost', async () => {
+    const { fixture, deadTopic, deadSubscription, config, ids } = await setUp('atk-cut');
+    const all = await deadLetter(deadTopic, fixture, 'pay', 200);
+    const dead = await DeadLetters.open(config());
+    let seen = 0;
+    let restarting: Promise<void> | undefined;
+    const outcome = await dead
+      .replay(
+        {},
+        {
+          onReplayed: () => {
+            seen += 1;
+            if (seen === 60) restarting = emulator.restart({ downMs: 2000 });
+          },
+        },
+      )
+      .then(
+        (report) => report.replayed.length,
+        (e: Error) => e.message,
+      );
+    await restarting;
+    const inSource = ids(fixture.subscriptionName);
+    const left = ids(deadSubscription.name);
+    expect(all.filter((id) => !inSource.includes(id) && !left.includes(id))).toEqual([]);
+    expect(outcome).toBe(200);
+    expect(left).toEqual([]);
+  }, 60_000);
+
+  it('says which letter a discard could not remove and that it stays, recorded', async () => {
+    const { fixture, deadTopic, deadSubscription, config, ids } = await setUp('atk-discard');
+    const all = await deadLetter(deadTopic, fixture, 'pay', 20);
+    const dead = await DeadLetters.open(config());
+    emulator.failSettlements({
+      rpc: 'Acknowledge',
+      count: 1,
+      code: status.FAILED_PRECONDITION,
+      subscription: deadSubscription.name,
+    });
+    await expect(dead.discard({ all: true }, { by: 'alice' })).rejects.toThrow(
+      /^discard of dead letter pay-\d+: removing it from projects\/.*\/subscriptions\/atk-discard-dlt-sub-\S+ failed \(9 FAILED_PRECONDITION: .*\): it stays, its discard recorded; run the discard again/,
+    );
+    expect(ids(deadSubscription.name)).toEqual(all);
+    await dead.discard({ all: true }, { by: 'alice' });
+    expect(ids(deadSubscription.name)).toEqual([]);
+  }, 30_000);
+
   it('stops a replay whose lease it can no longer renew, before a letter would be in both places', async () => {
     const { fixture, deadTopic, deadSubscription, config, ids } = await setUp('atk-lapse');
     const all = await deadLetter(deadTopic, fixture, 'pay', 300);
