@@ -121,12 +121,13 @@ export function deadLetterAttributes(
 export function readDeadLetter(attributes: Readonly<Record<string, string>>): DeadLetterInfo | undefined {
   const folded = attributes[DEAD_LETTER_ATTRIBUTES.folded];
   if (folded !== undefined) {
+    let parsed: unknown;
     try {
-      const parsed = JSON.parse(folded) as DeadLetterInfo;
-      return { ...parsed, cut: parsed.cut ?? [] };
+      parsed = JSON.parse(folded);
     } catch {
       return undefined;
     }
+    return foldedInfo(parsed);
   }
   const reason = attributes[DEAD_LETTER_ATTRIBUTES.reason];
   if (reason === undefined) return undefined;
@@ -267,4 +268,32 @@ function fits(attributes: Readonly<Record<string, string>>, dataBytes: number): 
   if (entries.length > MAX_ATTRIBUTES) return false;
   if (entries.some(([, value]) => Buffer.byteLength(value) > MAX_ATTRIBUTE_VALUE_BYTES)) return false;
   return dataBytes + attributesBytes(attributes) <= MAX_MESSAGE_BYTES;
+}
+
+/**
+ * The folded attribute as Oncely wrote it, read defensively: anyone who can publish to the
+ * dead-letter topic can put anything there, and a replay must not publish a value that is
+ * not a string (`[object Object]`) or a string's letters as attributes, nor a listing fail
+ * on a reason or detail that is not text. Fields of the wrong type are left out; a reason
+ * that is not text reads as `unknown`.
+ */
+function foldedInfo(parsed: unknown): DeadLetterInfo | undefined {
+  if (!isRecord(parsed)) return undefined;
+  const text = (value: unknown) => (typeof value === 'string' ? value : '');
+  const moved = isRecord(parsed.moved)
+    ? Object.fromEntries(Object.entries(parsed.moved).filter((entry) => typeof entry[1] === 'string'))
+    : undefined;
+  return {
+    reason: text(parsed.reason) || 'unknown',
+    detail: text(parsed.detail),
+    sourceMessageId: text(parsed.sourceMessageId),
+    sourceSubscription: text(parsed.sourceSubscription),
+    ...(typeof parsed.orderingKey === 'string' ? { orderingKey: parsed.orderingKey } : {}),
+    cut: Array.isArray(parsed.cut) ? parsed.cut.filter((c): c is string => typeof c === 'string') : [],
+    ...(moved ? { moved: moved as Record<string, string> } : {}),
+  };
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

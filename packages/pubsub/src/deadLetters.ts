@@ -27,6 +27,12 @@ const IDS_PER_REQUEST = 500;
  */
 const LAST_PULL_WAIT_MS = 3000;
 const DEADLINE_EXCEEDED = 4;
+/**
+ * How long before its lease would end a session stops settling: an ack after the lease
+ * ended is dropped silently (the letter stays and would be sent again), and a copy whose
+ * lease ended may already be in another pass.
+ */
+const LEASE_MARGIN_MS = 10_000;
 /** The attributes Pub/Sub's own dead-letter policy adds to what it forwards. */
 const POLICY_ATTRIBUTES = [
   'CloudPubSubDeadLetterSourceDeliveryCount',
@@ -97,6 +103,7 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
     const dead = await readSubscriptionFacts(pubsub, deadName);
     checkDeadLetterSubscription(
       dead,
+      source,
       settings.deadLetterTopic ?? source.deadLetterPolicy?.deadLetterTopic,
       pubsub,
     );
@@ -114,11 +121,24 @@ export async function openDeadLetters(config: ConsumerConfig<any, any>): Promise
 }
 
 /** Refuses a dead-letter subscription a pass could not read whole, or that reads another topic. */
-function checkDeadLetterSubscription(dead: SubscriptionFacts, topic: string | undefined, pubsub: PubSub) {
+function checkDeadLetterSubscription(
+  dead: SubscriptionFacts,
+  source: SubscriptionFacts,
+  topic: string | undefined,
+  pubsub: PubSub,
+) {
   const why = (text: string) =>
     new BrokerMisconfiguredError(`broker.deadLetterSubscription ${dead.name} ${text}`);
   const refusal = notPullable(dead);
   if (refusal) throw why(refusal);
+  // Checked before the topic: with no dead-letter topic configured (or the source topic
+  // given as one) nothing else would catch it, and every pass would take live messages
+  // for dead letters and replay publish them to the topic again, each pass once more.
+  if (dead.topic === source.topic) {
+    throw why(
+      `reads the consumer’s own topic ${source.topic}: it would list live messages as dead letters, and a replay would publish them to that topic again. Use a subscription on the dead-letter topic`,
+    );
+  }
   if (topic !== undefined && dead.topic !== pubsub.topic(topic).name) {
     throw why(`reads ${dead.topic}, not the consumer's dead-letter topic ${pubsub.topic(topic).name}`);
   }
@@ -138,6 +158,10 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   private readonly held = new Map<string, PubSubHeld>();
   private readonly renewal: NodeJS.Timeout;
   private renewing: Promise<void> = Promise.resolve();
+  /** Until when every held copy is leased to this session (the oldest lease not renewed). */
+  private leasedUntil = Number.POSITIVE_INFINITY;
+  /** The last renewal's failure, while renewals fail. */
+  private renewalError: Error | undefined;
 
   constructor(
     private readonly subscriber: v1.SubscriberClient,
@@ -148,7 +172,7 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   ) {
     this.renewal = setInterval(
       () => {
-        this.renewing = this.renewAll().catch(() => {});
+        this.renewing = this.renewAll();
       },
       (DEAD_LETTER_SESSION_LEASE_SECONDS * 1000) / 3,
     );
@@ -158,12 +182,25 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   async read(): Promise<HeldDeadLetter[]> {
     const letters: PubSubHeld[] = [];
     for (;;) {
-      const received = await this.pull();
-      if (received.length === 0) return letters;
-      await this.modAck(
-        received.map((r) => r.ackId!),
-        DEAD_LETTER_SESSION_LEASE_SECONDS,
-      );
+      let received: ReceivedMessage[];
+      let leasedAt: number;
+      try {
+        received = await this.pull();
+        if (received.length === 0) return letters;
+        leasedAt = Date.now();
+        await this.modAck(
+          received.map((r) => r.ackId!),
+          DEAD_LETTER_SESSION_LEASE_SECONDS,
+        );
+      } catch (error) {
+        // The bare gRPC error ('1 CANCELLED: Call cancelled') does not tell an operator
+        // whether anything was moved: nothing was, and a later pass reads the letters again.
+        throw explained(
+          `reading dead letters from ${this.name} failed after ${this.held.size} copies (${(error as Error).message}): nothing was moved; the copies read come back to the subscription (given back now, or at their ack deadline) for a later pass`,
+          error,
+        );
+      }
+      this.leasedUntil = Math.min(this.leasedUntil, leasedAt + DEAD_LETTER_SESSION_LEASE_SECONDS * 1000);
       for (const message of received) {
         const copyId = message.message?.messageId ?? '';
         const known = this.held.get(copyId);
@@ -186,13 +223,46 @@ class PubSubDeadLetterSession implements DeadLetterSession {
         `cannot replay to ${this.source.name}: its topic was deleted; the dead letter stays`,
       );
     }
-    // Returns once the service stored the message (its new message ID).
-    await this.publisher.publish({ topic: this.source.topic, messages: [held.replayMessage] });
-    await this.remove(letter);
+    // The raw gRPC errors name neither the letter nor what became of it: an operator must
+    // know whether it went out, and that a re-run is safe, rather than guess.
+    const id = held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`;
+    this.checkLease(`replay of dead letter ${id}`);
+    try {
+      // Returns once the service stored the message (its new message ID).
+      await this.publisher.publish({ topic: this.source.topic, messages: [held.replayMessage] });
+    } catch (error) {
+      throw explained(
+        `replay of dead letter ${id} failed: the publish to ${this.source.topic} was refused (${(error as Error).message}); it stays in ${this.name}`,
+        error,
+      );
+    }
+    try {
+      // Not checked against the lease: once published, acking is the best left to do.
+      await this.acknowledge(held);
+    } catch (error) {
+      throw explained(
+        `replay of dead letter ${id}: published to ${this.source.topic}, but removing it from ${this.name} failed (${(error as Error).message}): it is in both; a later replay sends it again and the consumer's marker absorbs it`,
+        error,
+      );
+    }
   }
 
   async remove(letter: HeldDeadLetter): Promise<void> {
     const held = letter as PubSubHeld;
+    const id = held.replayMessage.attributes?.['message-id'] ?? `copy ${held.copyId}`;
+    this.checkLease(`removal of dead letter ${id}`);
+    try {
+      await this.acknowledge(held);
+    } catch (error) {
+      // Only discard removes without a replay, and it recorded the letter first.
+      throw explained(
+        `discard of dead letter ${id}: removing it from ${this.name} failed (${(error as Error).message}): it stays, its discard recorded; run the discard again (it records it a second time)`,
+        error,
+      );
+    }
+  }
+
+  private async acknowledge(held: PubSubHeld): Promise<void> {
     await this.subscriber.acknowledge({ subscription: this.name, ackIds: [held.ackId] });
     this.held.delete(held.copyId);
   }
@@ -232,9 +302,30 @@ class PubSubDeadLetterSession implements DeadLetterSession {
   }
 
   private async renewAll(): Promise<void> {
-    await this.modAck(
-      [...this.held.values()].map((h) => h.ackId),
-      DEAD_LETTER_SESSION_LEASE_SECONDS,
+    const renewedAt = Date.now();
+    try {
+      await this.modAck(
+        [...this.held.values()].map((h) => h.ackId),
+        DEAD_LETTER_SESSION_LEASE_SECONDS,
+      );
+    } catch (error) {
+      this.renewalError = error as Error;
+      return;
+    }
+    this.renewalError = undefined;
+    this.leasedUntil = renewedAt + DEAD_LETTER_SESSION_LEASE_SECONDS * 1000;
+  }
+
+  /**
+   * Refuses to act on a copy whose lease is about to end, or has ended, for want of
+   * renewals: its ack would be dropped (a replayed letter then stays in the DLQ as well, and
+   * the report would claim it moved), or another pass may already hold it.
+   */
+  private checkLease(what: string) {
+    if (Date.now() < this.leasedUntil - LEASE_MARGIN_MS) return;
+    const why = this.renewalError ? ` (${this.renewalError.message})` : '';
+    throw new Error(
+      `the lease on the dead letters of ${this.name} could not be renewed${why} and ends at ${new Date(this.leasedUntil).toISOString()}: stopped before the ${what}, so that no letter is in both places or in two passes; the rest stay in the subscription, run the command again`,
     );
   }
 
@@ -256,6 +347,11 @@ class PubSubDeadLetterSession implements DeadLetterSession {
     if (from === undefined) return true;
     return from === this.source.name || from === this.source.name.split('/').pop();
   }
+}
+
+/** An error that says what happened to the letters, the gRPC error as its cause (and its code kept). */
+function explained(message: string, cause: unknown): Error {
+  return Object.assign(new Error(message, { cause }), { code: (cause as { code?: unknown }).code });
 }
 
 function describe(received: ReceivedMessage): PubSubHeld {

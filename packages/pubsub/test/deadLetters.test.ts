@@ -231,7 +231,9 @@ describe.skipIf(!hasPostgres)('Pub/Sub dead letters (emulator + PostgreSQL)', ()
     });
 
     // A subscription on another topic would list (and act on) messages that are no dead letters.
-    const [elsewhere] = await fixture.topic.createSubscription(unique('dlq-bad-elsewhere'));
+    // (A third topic: one on the consumer's own topic is refused as such, deadLetterAttacks.test.ts.)
+    const [otherTopic] = await pubsub.createTopic(unique('dlq-bad-other'));
+    const [elsewhere] = await otherTopic.createSubscription(unique('dlq-bad-elsewhere'));
     const wrong = await DeadLetters.open(config({ deadLetterSubscription: elsewhere.name }));
     await expect(wrong.list()).rejects.toMatchObject({
       code: 'BROKER_MISCONFIGURED',

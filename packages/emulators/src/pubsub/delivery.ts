@@ -15,6 +15,7 @@ import {
   ErrorCollector,
   isPush,
   MAX_MESSAGES_PER_RESPONSE,
+  MAX_RESPONSE_BYTES,
   MAX_SUBSCRIPTION_RETENTION_MS,
   messageSize,
   type PubsubMessageValue,
@@ -314,8 +315,14 @@ export abstract class DeliveryEngine {
     const blocked = new Set<string>();
     /** Keys delivered in this pass, and to whom. */
     const keyReceiver = new Map<string, StreamState | PullWaiter>();
+    /** Bytes of the messages in each receiver's response of this pass. */
+    const batchBytes = new Map<StreamState | PullWaiter, number>();
     const capacity = (receiver: StreamState | PullWaiter, size: number) => {
       const taken = batches.get(receiver)?.length ?? 0;
+      // The service splits what it sends into responses it can send: one response of
+      // several 10 MB messages went over the gRPC send limit and failed the whole Pull
+      // with RESOURCE_EXHAUSTED, its messages leased to nobody until their deadline.
+      if (taken > 0 && (batchBytes.get(receiver) ?? 0) + size > MAX_RESPONSE_BYTES) return false;
       if ('call' in receiver) {
         if (receiver.closed) return false;
         // Includes the messages leased in this pass (lease() adds them): counting `taken`
@@ -362,6 +369,7 @@ export abstract class DeliveryEngine {
       const list = batches.get(receiver) ?? [];
       list.push(entry);
       batches.set(receiver, list);
+      batchBytes.set(receiver, (batchBytes.get(receiver) ?? 0) + entry.message.size);
       this.lease(subscription, entry, receiver, now);
       if (key) {
         const batch = subscription.keyBatches.get(key) ?? [];

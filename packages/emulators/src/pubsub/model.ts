@@ -38,6 +38,11 @@ export const MAX_PUBLISH_REQUEST_BYTES = 10_000_000;
  * handler sees it; the request limit above is the service's, checked in the handler.
  */
 export const MAX_GRPC_MESSAGE_BYTES = 16 * 1024 * 1024;
+/**
+ * Message bytes per Pull or StreamingPull response (at least one message, whatever its
+ * size): a message at the 10 MB limit fits within {@link MAX_GRPC_MESSAGE_BYTES}, two do not.
+ */
+export const MAX_RESPONSE_BYTES = 10_000_000;
 /** Messages per StreamingPull response when the stream sets no limit. */
 export const MAX_MESSAGES_PER_RESPONSE = 1000;
 export const DELETED_TOPIC = '_deleted-topic_';
