@@ -235,15 +235,19 @@ export class DeadLetters {
       source: session.name,
       raw: undefined,
     });
+    // As text whatever the adapter read: a header a broker kept as a number or an object
+    // must be listed, not end the pass with a TypeError (nothing could be listed then).
+    const reason = asText(letter.reason) ?? 'unknown';
+    const error = asText(letter.error);
     return {
       messageId,
-      reason: letter.reason,
-      error: letter.error,
+      reason,
+      error,
       attempts: letter.attempts,
       firstFailedAt: letter.firstFailedAt,
       lastFailedAt: letter.lastFailedAt,
       attributes: letter.envelope.attributes,
-      group: failureGroupId(letter.reason, letter.error),
+      group: failureGroupId(reason, error),
     };
   }
 
@@ -310,6 +314,19 @@ export function failureGroupId(reason: string, error: string | undefined): strin
  */
 export function maskFailureError(error: string | undefined): string {
   return (error ?? '').replace(/\d+/g, '#').trim();
+}
+
+function asText(value: unknown): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === 'string') return value;
+  if (typeof value === 'object' && !Buffer.isBuffer(value)) {
+    try {
+      return JSON.stringify(value);
+    } catch {
+      // A cycle: fall through to String().
+    }
+  }
+  return String(value);
 }
 
 function groupLetters(letters: DeadLetterInfo[]): FailureGroup[] {

@@ -112,6 +112,36 @@ describe('DeadLetters on the memory broker', () => {
     expect(String((thrown as Error & { closeError?: unknown }).closeError)).toContain('could not give back');
   });
 
+  it('a letter whose reason or error is not text (a header a broker kept as a number) is listed, not a crash', async () => {
+    const module = {
+      openDeadLetters: async () => ({
+        name: 'orders.dlq',
+        defaultIdStrategy: 'producer' as const,
+        read: async () => [
+          { envelope: { body: '{}', attributes: {}, producerMessageId: 'n' }, reason: 7, error: 42 },
+          {
+            envelope: { body: '{}', attributes: {}, producerMessageId: 'm' },
+            reason: 'max-attempts',
+            error: { code: 1 },
+          },
+        ],
+        replay: async () => {},
+        remove: async () => {},
+        close: async () => {},
+      }),
+    };
+    const dlq = await DeadLetters.open(config, module as never);
+    const { letters, groups } = await dlq.list();
+    expect(letters.map((l) => [l.reason, l.error])).toEqual([
+      ['7', '42'],
+      ['max-attempts', '{"code":1}'],
+    ]);
+    expect(groups.map((g) => [g.reason, g.error])).toEqual([
+      ['7', '#'],
+      ['max-attempts', '{"code":#}'],
+    ]);
+  });
+
   it('without a deadLetterLog on the store: replay goes on, dry run and discard refuse', async () => {
     // The same store, seen without its dead-letter log (as a store that has none).
     const plain = new Proxy(store, {
