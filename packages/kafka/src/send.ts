@@ -24,7 +24,10 @@ export interface KafkaSendMessage {
   key?: string | Buffer | null;
   /** Further headers; `message-id` is always the `id`. */
   headers?: IHeaders;
-  /** A fixed partition instead of the producer's partitioner. */
+  /**
+   * A fixed partition instead of the key's. A partition the topic does not have is refused
+   * (KafkaSendError, not retried).
+   */
   partition?: number;
 }
 
@@ -106,6 +109,14 @@ function checkIds(messages: KafkaSendMessage | readonly KafkaSendMessage[]): voi
     if (typeof message?.id !== 'string' || message.id.trim() === '') {
       throw new KafkaSendError(
         `message ${index} has no id: pass a stable ID (an order or event ID) and reuse it when you send again, so the consumer can recognise a duplicate`,
+      );
+    }
+    const { partition } = message;
+    // kafkajs resolves without writing a record of partition -1, and a fraction throws deep
+    // inside either client: refused here, before anything is sent.
+    if (partition !== undefined && !(Number.isSafeInteger(partition) && partition >= 0)) {
+      throw new KafkaSendError(
+        `message ${index} has partition ${String(partition)}: a partition is an integer from 0 (or leave it out for the key's partition)`,
       );
     }
   });

@@ -66,7 +66,7 @@ async function readRecords(
 }
 
 /** The partition kafkajs' default (Java-compatible murmur2) partitioner gives `key`. */
-function javaPartition(topic: string, key: string, partitions: number): number {
+function javaPartition(topic: string, key: string | Buffer, partitions: number): number {
   const partitionMetadata = Array.from({ length: partitions }, (_, partitionId) => ({
     partitionId,
     leader: 1,
@@ -133,6 +133,68 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
       expect(fixed?.partition).toBe(5);
       // Without a key, the ID is the key.
       expect(fixed?.key?.toString()).toBe(`${topic}-fixed`);
+    } finally {
+      await close();
+    }
+  });
+
+  it('send() puts keys of every kind where kafkajs does, spreads keyless records, refuses a partition the topic lacks', async () => {
+    const topic = uniqueName('send-keys');
+    await createTopic(admin, topic, 4);
+    const { producer, close } = await producerOfClient();
+    try {
+      const keyed = [
+        { id: `${topic}-empty`, key: '' },
+        { id: `${topic}-binary`, key: Buffer.from([0xff, 0x00, 0x80, 0x7f]) },
+        { id: `${topic}-utf8`, key: 'ключ-🔑' },
+        { id: `${topic}-utf8-buffer`, key: Buffer.from('ключ-🔑') },
+      ];
+      await send(
+        producer as never,
+        topic,
+        keyed.map((m) => ({ ...m, value: 'k' })),
+        { retries: 0 },
+      );
+      // No key: kafkajs (as Java) spreads these over the partitions, not all on one.
+      const keyless = Array.from({ length: 8 }, (_, i) => ({
+        id: `${topic}-nokey-${i}`,
+        key: null,
+        value: 'n',
+      }));
+      await send(producer as never, topic, keyless, { retries: 0 });
+      // A partition the topic lacks, or no partition number: refused with nothing written
+      // (kafkajs resolved with [] and dropped the record, @platformatic/kafka wrote 7 to 7 % 4).
+      for (const partition of [7, -1, 1.5]) {
+        const error = await send(
+          producer as never,
+          topic,
+          { id: `${topic}-p${partition}`, value: 'p', partition },
+          {
+            retries: 0,
+          },
+        ).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error, `partition ${partition}`).toBeInstanceOf(KafkaSendError);
+        expect((error as Error).message, `partition ${partition}`).toMatch(
+          new RegExp(`partition ${partition}`),
+        );
+      }
+      const records = await readRecords(kafka, topic, keyed.length + keyless.length);
+      const byId = new Map(records.map((r) => [r.headers?.[MESSAGE_ID_HEADER]?.toString(), r]));
+      for (const { id, key } of keyed) {
+        const record = byId.get(id);
+        expect(Buffer.from(record!.key!).equals(Buffer.from(key))).toBe(true);
+        expect({ id, partition: record!.partition }).toEqual({
+          id,
+          partition: javaPartition(topic, key as never, 4),
+        });
+      }
+      const keylessPartitions = new Set(keyless.map(({ id }) => byId.get(id)!.partition));
+      expect(keylessPartitions.size).toBe(4);
+      const written = (await admin.fetchTopicOffsets(topic)).reduce((sum, p) => sum + Number(p.high), 0);
+      expect(written).toBe(keyed.length + keyless.length);
     } finally {
       await close();
     }

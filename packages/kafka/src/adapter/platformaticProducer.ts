@@ -6,7 +6,13 @@
  */
 import { compatibilityPartitioner, Producer } from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
-import type { OutgoingRecord, RecordProducer, RecordProducerOptions, SentRecord } from './clientApi.js';
+import {
+  missingPartitionError,
+  type OutgoingRecord,
+  type RecordProducer,
+  type RecordProducerOptions,
+  type SentRecord,
+} from './clientApi.js';
 import { baseOptions, typed } from './platformaticOptions.js';
 
 /** What a record becomes for @platformatic/kafka. */
@@ -37,11 +43,16 @@ export function ownPlatformaticProducer(
  * A @platformatic/kafka producer (the adapter's own or yours) behind the interface. Its
  * own default partitioner is an unsigned murmur2 (`>>> 0`), which puts about half of all
  * keys on another partition than kafkajs and Java clients do (`& 0x7fffffff`): every send
- * names the compatible one, so per-key order holds across a switch of client.
+ * names a compatible one, so per-key order holds across a switch of client.
  */
 export function platformaticRecordProducer(
   producer: Producer<Buffer, Buffer, Buffer, Buffer>,
 ): RecordProducer {
+  // compatibilityPartitioner gives every keyless record partition 0 (a named partitioner
+  // replaces @platformatic/kafka's round robin): keyless records take turns, as on kafkajs.
+  let turn = 0;
+  const partitioner = (message: unknown, key: Buffer | undefined): number =>
+    Buffer.isBuffer(key) ? compatibilityPartitioner(message as never, key) : turn++ & 0x7fffffff;
   return {
     // Connects on the first send.
     connect: async () => {},
@@ -50,9 +61,10 @@ export function platformaticRecordProducer(
     async send(topic, records): Promise<SentRecord[]> {
       let result: Awaited<ReturnType<typeof producer.send>>;
       try {
+        await checkPartitions(producer, topic, records);
         result = await producer.send({
           acks: -1,
-          partitioner: compatibilityPartitioner,
+          partitioner,
           messages: records.map((record) => toPlatformaticRecord(topic, record)),
         });
       } catch (error) {
@@ -67,6 +79,23 @@ export function platformaticRecordProducer(
     },
     disconnect: () => producer.close(),
   };
+}
+
+/**
+ * Refuses a record of a partition `topic` lacks before anything is sent:
+ * @platformatic/kafka would write it to that partition modulo the partition count.
+ */
+async function checkPartitions(
+  producer: Producer<Buffer, Buffer, Buffer, Buffer>,
+  topic: string,
+  records: OutgoingRecord[],
+): Promise<void> {
+  const named = records.filter((record) => record.partition !== undefined);
+  if (named.length === 0) return;
+  const metadata = await producer.metadata({ topics: [topic] });
+  const partitions = metadata.topics.get(topic)?.partitionsCount ?? 0;
+  const missing = named.find((record) => (record.partition as number) >= partitions);
+  if (missing) throw missingPartitionError(topic, missing.partition as number, partitions);
 }
 
 function toPlatformaticRecord(topic: string, record: OutgoingRecord): PlatformaticRecord {
