@@ -54,7 +54,11 @@ export interface KafkaSendOptions {
   retries?: number;
   /** Pause before the first retry, doubled for each next one. @default 300 */
   retryDelayMs?: number;
-  /** How long the broker may wait for the in-sync replicas' acknowledgement (`acks: -1`). @default 30000 */
+  /**
+   * How long the broker may wait for the in-sync replicas' acknowledgement (`acks: -1`).
+   * On @platformatic/kafka (no per-send replica timeout) it bounds each attempt as a whole:
+   * unanswered by then, it fails retriable (`REQUEST_TIMED_OUT`). @default 30000
+   */
   timeoutMs?: number;
 }
 

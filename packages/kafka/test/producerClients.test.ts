@@ -200,6 +200,52 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
     }
   });
 
+  // A port that accepts and drops every connection (a broker going down mid-send, a proxy
+  // in front of none): @platformatic/kafka reconnects without end and its send never
+  // settled, whatever its own retries and timeouts; kafkajs gives up after its retries.
+  it.skipIf(client !== 'platformatic')(
+    'send() on a broker that drops every connection rejects within timeoutMs per attempt',
+    async () => {
+      const { createServer } = await import('node:net');
+      let connections = 0;
+      const server = createServer((socket) => {
+        connections++;
+        socket.destroy();
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const { Producer } = await import('@platformatic/kafka');
+      const producer = new Producer({
+        clientId: 'oncely-dropped-test',
+        bootstrapBrokers: [`127.0.0.1:${(server.address() as { port: number }).port}`],
+        idempotent: true,
+        acks: -1,
+        retries: 0,
+      });
+      try {
+        const error = await send(
+          producer as never,
+          'any',
+          { id: 'dropped', value: 1 },
+          {
+            retries: 1,
+            retryDelayMs: 10,
+            timeoutMs: 1500,
+          },
+        ).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(KafkaSendError);
+        expect(((error as Error).cause as { retriable?: boolean }).retriable).toBe(true);
+        expect(connections).toBeGreaterThan(0);
+      } finally {
+        await producer.close(true as never).catch(() => {});
+        server.close();
+      }
+    },
+    20_000,
+  );
+
   it('send() maps failures to KafkaSendError', async () => {
     const { producer, close } = await producerOfClient();
     try {

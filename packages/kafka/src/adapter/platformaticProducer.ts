@@ -7,6 +7,7 @@
 import { compatibilityPartitioner, Producer } from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
 import {
+  kafkaTypedError,
   missingPartitionError,
   type OutgoingRecord,
   type RecordProducer,
@@ -57,16 +58,24 @@ export function platformaticRecordProducer(
     // Connects on the first send.
     connect: async () => {},
     // No per-send replica timeout: @platformatic/kafka takes it from the producer's `timeout`
-    // option (`broker.requestTimeout` for the adapter's own producer).
-    async send(topic, records): Promise<SentRecord[]> {
+    // option (`broker.requestTimeout` for the adapter's own producer). `timeoutMs` bounds
+    // the whole send instead: on a broker that drops every connection it reconnects
+    // without end and its send never settles, whatever its own retries and timeouts.
+    async send(topic, records, options = {}): Promise<SentRecord[]> {
       let result: Awaited<ReturnType<typeof producer.send>>;
       try {
-        await checkPartitions(producer, topic, records);
-        result = await producer.send({
-          acks: -1,
-          partitioner,
-          messages: records.map((record) => toPlatformaticRecord(topic, record)),
-        });
+        result = await withinTime(
+          (async () => {
+            await checkPartitions(producer, topic, records);
+            return producer.send({
+              acks: -1,
+              partitioner,
+              messages: records.map((record) => toPlatformaticRecord(topic, record)),
+            });
+          })(),
+          topic,
+          options.timeoutMs,
+        );
       } catch (error) {
         throw typed(error);
       }
@@ -79,6 +88,31 @@ export function platformaticRecordProducer(
     },
     disconnect: () => producer.close(),
   };
+}
+
+/**
+ * `sending` within `timeoutMs` (unbounded without), else a retriable REQUEST_TIMED_OUT:
+ * the send goes on in the background and may still write the records, as a send kafkajs
+ * gave up on may have (a retry with the same IDs is met by the consumer's marker).
+ */
+async function withinTime<T>(sending: Promise<T>, topic: string, timeoutMs: number | undefined): Promise<T> {
+  if (timeoutMs === undefined) return sending;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const error = kafkaTypedError(
+        'REQUEST_TIMED_OUT',
+        `no answer from the cluster to a send to '${topic}' within ${timeoutMs} ms`,
+      );
+      reject(Object.assign(error, { retriable: true }));
+    }, timeoutMs);
+  });
+  sending.catch(() => {});
+  try {
+    return await Promise.race([sending, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**
