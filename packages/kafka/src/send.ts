@@ -167,6 +167,10 @@ function retriable(error: unknown): boolean {
   // kafkajs' `retriable`; @platformatic/kafka's `canRetry` on an error without a Kafka error name.
   if (e.retriable === true || (e as { canRetry?: unknown }).canRetry === true) return true;
   if (e.name === 'KafkaJSNumberOfRetriesExceeded') return true;
+  // @platformatic/kafka's retries spent ('initProducerId failed 3 times.'): an
+  // AggregateError of what failed, network errors that can be retried among them.
+  const inner = (e as { errors?: unknown }).errors;
+  if (Array.isArray(inner) && inner.some((one) => one !== error && retriable(one))) return true;
   return e.cause !== undefined && e.cause !== error && retriable(e.cause);
 }
 

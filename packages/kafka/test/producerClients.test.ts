@@ -246,6 +246,63 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
     20_000,
   );
 
+  // kafkajs' connection errors are retriable (send() retries them); @platformatic/kafka's
+  // come as 'initProducerId failed 3 times.' holding network errors that can be retried.
+  it.skipIf(client !== 'platformatic')(
+    'send() retries a refused connection, as on kafkajs',
+    async () => {
+      const { createServer } = await import('node:net');
+      const closed = createServer();
+      await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+      const port = (closed.address() as { port: number }).port;
+      await new Promise((resolve) => closed.close(resolve));
+      const { Producer } = await import('@platformatic/kafka');
+      const producer = new Producer({
+        clientId: 'oncely-refused-test',
+        bootstrapBrokers: [`127.0.0.1:${port}`],
+        idempotent: true,
+        acks: -1,
+        // Its own retries 2: it gives up with 'initProducerId failed 3 times.' (with 0 or 1 its
+        // send never settles on a refused port; timeoutMs ends those).
+        retries: 2,
+        retryDelay: 50,
+      });
+      let attempts = 0;
+      const counted = new Proxy(producer, {
+        get(target, name, receiver) {
+          if (name === 'send') {
+            return (...args: unknown[]) => {
+              attempts++;
+              return (target.send as (...a: unknown[]) => unknown).apply(target, args);
+            };
+          }
+          const value = Reflect.get(target, name, receiver);
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+      try {
+        const error = await send(
+          counted as never,
+          'any',
+          { id: 'refused', value: 1 },
+          {
+            retries: 2,
+            retryDelayMs: 10,
+            timeoutMs: 5000,
+          },
+        ).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(KafkaSendError);
+        expect(attempts).toBe(3);
+      } finally {
+        await producer.close(true as never).catch(() => {});
+      }
+    },
+    30_000,
+  );
+
   it('send() maps failures to KafkaSendError', async () => {
     const { producer, close } = await producerOfClient();
     try {
