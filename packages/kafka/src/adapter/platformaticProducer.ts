@@ -25,6 +25,9 @@ type PlatformaticRecord = {
   headers: Map<Buffer, Buffer>;
 };
 
+/** kafkajs' (and Java's `metadata.max.age.ms`) default. */
+const KAFKAJS_METADATA_MAX_AGE_MS = 300_000;
+
 /** An idempotent producer of the adapter's own, from the `broker` options. */
 export function ownPlatformaticProducer(
   config: ResolvedKafkaConfig,
@@ -36,6 +39,10 @@ export function ownPlatformaticProducer(
     autocreateTopics: options.allowAutoTopicCreation ?? false,
     idempotent: true,
     acks: -1,
+    // A topic's partition count is re-read after 5 minutes, as kafkajs and Java clients
+    // do (metadata.max.age.ms), not its default 5 s: after partitions are added, a key
+    // goes where those clients put it meanwhile. A moved leader still refreshes at once.
+    metadataMaxAge: KAFKAJS_METADATA_MAX_AGE_MS,
   });
   return platformaticRecordProducer(producer);
 }
