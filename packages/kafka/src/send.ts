@@ -24,7 +24,10 @@ export interface KafkaSendMessage {
   key?: string | Buffer | null;
   /** Further headers; `message-id` is always the `id`. */
   headers?: IHeaders;
-  /** A fixed partition instead of the producer's partitioner. */
+  /**
+   * A fixed partition instead of the key's. A partition the topic does not have is refused
+   * (KafkaSendError, not retried).
+   */
   partition?: number;
 }
 
@@ -51,7 +54,11 @@ export interface KafkaSendOptions {
   retries?: number;
   /** Pause before the first retry, doubled for each next one. @default 300 */
   retryDelayMs?: number;
-  /** How long the broker may wait for the in-sync replicas' acknowledgement (`acks: -1`). @default 30000 */
+  /**
+   * How long the broker may wait for the in-sync replicas' acknowledgement (`acks: -1`).
+   * On @platformatic/kafka (no per-send replica timeout) it bounds each attempt as a whole:
+   * unanswered by then, it fails retriable (`REQUEST_TIMED_OUT`). @default 30000
+   */
   timeoutMs?: number;
 }
 
@@ -108,6 +115,14 @@ function checkIds(messages: KafkaSendMessage | readonly KafkaSendMessage[]): voi
         `message ${index} has no id: pass a stable ID (an order or event ID) and reuse it when you send again, so the consumer can recognise a duplicate`,
       );
     }
+    const { partition } = message;
+    // kafkajs resolves without writing a record of partition -1, and a fraction throws deep
+    // inside either client: refused here, before anything is sent.
+    if (partition !== undefined && !(Number.isSafeInteger(partition) && partition >= 0)) {
+      throw new KafkaSendError(
+        `message ${index} has partition ${String(partition)}: a partition is an integer from 0 (or leave it out for the key's partition)`,
+      );
+    }
   });
 }
 
@@ -152,6 +167,10 @@ function retriable(error: unknown): boolean {
   // kafkajs' `retriable`; @platformatic/kafka's `canRetry` on an error without a Kafka error name.
   if (e.retriable === true || (e as { canRetry?: unknown }).canRetry === true) return true;
   if (e.name === 'KafkaJSNumberOfRetriesExceeded') return true;
+  // @platformatic/kafka's retries spent ('initProducerId failed 3 times.'): an
+  // AggregateError of what failed, network errors that can be retried among them.
+  const inner = (e as { errors?: unknown }).errors;
+  if (Array.isArray(inner) && inner.some((one) => one !== error && retriable(one))) return true;
   return e.cause !== undefined && e.cause !== error && retriable(e.cause);
 }
 

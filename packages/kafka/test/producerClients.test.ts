@@ -66,7 +66,7 @@ async function readRecords(
 }
 
 /** The partition kafkajs' default (Java-compatible murmur2) partitioner gives `key`. */
-function javaPartition(topic: string, key: string, partitions: number): number {
+function javaPartition(topic: string, key: string | Buffer, partitions: number): number {
   const partitionMetadata = Array.from({ length: partitions }, (_, partitionId) => ({
     partitionId,
     leader: 1,
@@ -138,6 +138,171 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
     }
   });
 
+  it('send() puts keys of every kind where kafkajs does, spreads keyless records, refuses a partition the topic lacks', async () => {
+    const topic = uniqueName('send-keys');
+    await createTopic(admin, topic, 4);
+    const { producer, close } = await producerOfClient();
+    try {
+      const keyed = [
+        { id: `${topic}-empty`, key: '' },
+        { id: `${topic}-binary`, key: Buffer.from([0xff, 0x00, 0x80, 0x7f]) },
+        { id: `${topic}-utf8`, key: 'ключ-🔑' },
+        { id: `${topic}-utf8-buffer`, key: Buffer.from('ключ-🔑') },
+      ];
+      await send(
+        producer as never,
+        topic,
+        keyed.map((m) => ({ ...m, value: 'k' })),
+        { retries: 0 },
+      );
+      // No key: kafkajs (as Java) spreads these over the partitions, not all on one.
+      const keyless = Array.from({ length: 8 }, (_, i) => ({
+        id: `${topic}-nokey-${i}`,
+        key: null,
+        value: 'n',
+      }));
+      await send(producer as never, topic, keyless, { retries: 0 });
+      // A partition the topic lacks, or no partition number: refused with nothing written
+      // (kafkajs resolved with [] and dropped the record, @platformatic/kafka wrote 7 to 7 % 4).
+      for (const partition of [7, -1, 1.5]) {
+        const error = await send(
+          producer as never,
+          topic,
+          { id: `${topic}-p${partition}`, value: 'p', partition },
+          {
+            retries: 0,
+          },
+        ).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error, `partition ${partition}`).toBeInstanceOf(KafkaSendError);
+        expect((error as Error).message, `partition ${partition}`).toMatch(
+          new RegExp(`partition ${partition}`),
+        );
+      }
+      const records = await readRecords(kafka, topic, keyed.length + keyless.length);
+      const byId = new Map(records.map((r) => [r.headers?.[MESSAGE_ID_HEADER]?.toString(), r]));
+      for (const { id, key } of keyed) {
+        const record = byId.get(id);
+        expect(Buffer.from(record!.key!).equals(Buffer.from(key))).toBe(true);
+        expect({ id, partition: record!.partition }).toEqual({
+          id,
+          partition: javaPartition(topic, key as never, 4),
+        });
+      }
+      const keylessPartitions = new Set(keyless.map(({ id }) => byId.get(id)!.partition));
+      expect(keylessPartitions.size).toBe(4);
+      const written = (await admin.fetchTopicOffsets(topic)).reduce((sum, p) => sum + Number(p.high), 0);
+      expect(written).toBe(keyed.length + keyless.length);
+    } finally {
+      await close();
+    }
+  });
+
+  // A port that accepts and drops every connection (a broker going down mid-send, a proxy
+  // in front of none): @platformatic/kafka reconnects without end and its send never
+  // settled, whatever its own retries and timeouts; kafkajs gives up after its retries.
+  it.skipIf(client !== 'platformatic')(
+    'send() on a broker that drops every connection rejects within timeoutMs per attempt',
+    async () => {
+      const { createServer } = await import('node:net');
+      let connections = 0;
+      const server = createServer((socket) => {
+        connections++;
+        socket.destroy();
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const { Producer } = await import('@platformatic/kafka');
+      const producer = new Producer({
+        clientId: 'oncely-dropped-test',
+        bootstrapBrokers: [`127.0.0.1:${(server.address() as { port: number }).port}`],
+        idempotent: true,
+        acks: -1,
+        retries: 0,
+      });
+      try {
+        const error = await send(
+          producer as never,
+          'any',
+          { id: 'dropped', value: 1 },
+          {
+            retries: 1,
+            retryDelayMs: 10,
+            timeoutMs: 1500,
+          },
+        ).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(KafkaSendError);
+        expect(((error as Error).cause as { retriable?: boolean }).retriable).toBe(true);
+        expect(connections).toBeGreaterThan(0);
+      } finally {
+        await producer.close(true as never).catch(() => {});
+        server.close();
+      }
+    },
+    20_000,
+  );
+
+  // kafkajs' connection errors are retriable (send() retries them); @platformatic/kafka's
+  // come as 'initProducerId failed 3 times.' holding network errors that can be retried.
+  it.skipIf(client !== 'platformatic')(
+    'send() retries a refused connection, as on kafkajs',
+    async () => {
+      const { createServer } = await import('node:net');
+      const closed = createServer();
+      await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+      const port = (closed.address() as { port: number }).port;
+      await new Promise((resolve) => closed.close(resolve));
+      const { Producer } = await import('@platformatic/kafka');
+      const producer = new Producer({
+        clientId: 'oncely-refused-test',
+        bootstrapBrokers: [`127.0.0.1:${port}`],
+        idempotent: true,
+        acks: -1,
+        // Its own retries 2: it gives up with 'initProducerId failed 3 times.' (with 0 or 1 its
+        // send never settles on a refused port; timeoutMs ends those).
+        retries: 2,
+        retryDelay: 50,
+      });
+      let attempts = 0;
+      const counted = new Proxy(producer, {
+        get(target, name, receiver) {
+          if (name === 'send') {
+            return (...args: unknown[]) => {
+              attempts++;
+              return (target.send as (...a: unknown[]) => unknown).apply(target, args);
+            };
+          }
+          const value = Reflect.get(target, name, receiver);
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+      try {
+        const error = await send(
+          counted as never,
+          'any',
+          { id: 'refused', value: 1 },
+          {
+            retries: 2,
+            retryDelayMs: 10,
+            timeoutMs: 5000,
+          },
+        ).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(KafkaSendError);
+        expect(attempts).toBe(3);
+      } finally {
+        await producer.close(true as never).catch(() => {});
+      }
+    },
+    30_000,
+  );
+
   it('send() maps failures to KafkaSendError', async () => {
     const { producer, close } = await producerOfClient();
     try {
@@ -203,6 +368,33 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
       await producer.close();
     }
   });
+
+  // After partitions are added, kafkajs (as Java, metadata.max.age.ms) keeps the count it
+  // knew for 5 minutes; @platformatic/kafka's own default is 5 s, so for minutes one key
+  // went to two partitions depending on the client (5 of 12 keys, 2 -> 8 partitions).
+  it('the outbox producer keeps a key on its partition after partitions are added, as kafkajs does', async () => {
+    const topic = uniqueName('outbox-grow');
+    await createTopic(admin, topic, 2);
+    const producer = createKafkaProducer({ broker: { brokers: brokers!, client } });
+    const keys = Array.from({ length: 12 }, (_, i) => `grow-${i}`);
+    const round = async (tag: string) => {
+      const results = await producer.send(keys.map((key) => outboxMessage(topic, `${tag}-${key}`, key)));
+      expect(results.every((r) => r.ok)).toBe(true);
+    };
+    try {
+      await round('before');
+      await admin.createPartitions({ topicPartitions: [{ topic, count: 8 }] });
+      // Past @platformatic/kafka's default metadata age (5 s): the age is what is tested.
+      await new Promise((resolve) => setTimeout(resolve, 6000));
+      await round('after');
+      const records = await readRecords(kafka, topic, keys.length * 2);
+      const at = new Map(records.map((r) => [r.headers?.[MESSAGE_ID_HEADER]?.toString(), r.partition]));
+      const moved = keys.filter((key) => at.get(`before-${key}`) !== at.get(`after-${key}`));
+      expect(moved).toEqual([]);
+    } finally {
+      await producer.close();
+    }
+  }, 30_000);
 
   it('the outbox producer splits a batch the broker refuses and fails only the record too large', async () => {
     const topic = uniqueName('outbox-split');

@@ -163,3 +163,16 @@ export function kafkaTypedError(type: string, cause: unknown): Error & { type: s
   error.type = type;
   return error;
 }
+
+/**
+ * The error of a record sent to a partition its topic does not have: not retriable, the
+ * same on every client (kafkajs would drop the record without a word, @platformatic/kafka
+ * write it to another partition).
+ */
+export function missingPartitionError(topic: string, partition: number, partitions?: number): Error {
+  const has = partitions === undefined ? '' : ` (it has ${partitions}: 0 to ${partitions - 1})`;
+  return Object.assign(
+    kafkaTypedError('UNKNOWN_TOPIC_OR_PARTITION', `topic '${topic}' has no partition ${partition}${has}`),
+    { retriable: false },
+  );
+}

@@ -50,6 +50,8 @@ export function kafkaErrorName(error: unknown, depth = 0): string | undefined {
 
 /** The error with the Kafka error name in `type` (what the adapter classifies on), else itself. */
 export function typed(error: unknown): unknown {
+  // Already in kafkajs' terms (one of ours).
+  if (typeof (error as { retriable?: unknown } | null)?.retriable === 'boolean') return error;
   const name = kafkaErrorName(error);
   if (name === undefined) return error;
   // kafkajs' `retriable`, from @platformatic/kafka's `canRetry` (of the error or one it wraps).
