@@ -11,10 +11,20 @@ import { createTestDatabase, postgresAvailable, type TestDatabase } from './supp
 // retries it soon, within what is left. Failures are injected into the real client's
 // middleware (an SQS `RequestThrottled` after the SDK gave up); fauxqs serves the rest.
 
-// 2 s where the scenario needs a message to arrive late in a short visibility; the
-// two-failures test uses 6 s so that a loaded machine's timer delays (tens to hundreds of
-// ms) cannot eat the visibility, while a retry half a visibility later still loses it.
-const VISIBILITY_MS = 2000;
+// 4 s, renewed at 2 s: a failed renewal's retry comes ~100 ms later, leaving ~1.9 s for a
+// loaded machine's timer and request delays (with 2 s it left ~0.9 s; a retry later than
+// that finds the message back in the queue: leaseLost, or a second receipt). The
+// two-failures test uses 6 s so that such delays cannot eat the visibility, while a retry
+// half a visibility later still loses it.
+const VISIBILITY_MS = 4000;
+/**
+ * How late the message arrives in the long poll: past the point where, counted from the
+ * ReceiveMessage call, its renewals would have to have stopped (the visibility less a
+ * tenth, SqsDelivery's margin). Counting the first expiry from the call then leaves no time
+ * to retry the failed renewal, and the lease is reported lost; counted from the answer it
+ * has its whole visibility left.
+ */
+const LATE_MS = 3600;
 const hasPostgres = await postgresAvailable();
 
 describe.skipIf(!hasPostgres)('SQS visibility heartbeat under failed renewals (fauxqs + PostgreSQL)', () => {
@@ -87,23 +97,23 @@ describe.skipIf(!hasPostgres)('SQS visibility heartbeat under failed renewals (f
     const held = heldPolls(emulator);
     cleanups.push(() => held.close());
     // Which ReceiveMessage call brought the message in: the scenario holds only if it is
-    // the first one, the poll that was already 1.5 s old when the message was sent.
+    // the first one, the poll that was already LATE_MS old when the message was sent.
     let receivedByCall: number | undefined;
     consumer.on('received', (event) => {
       if (event.messageId === 'late-1') receivedByCall ??= faults.calls.get('ReceiveMessage');
     });
     await consumer.start();
-    // The message arrives at least 1.5 s into the long poll (this pause is the scenario, not
-    // a wait for a result): SQS starts its visibility clock when it hands the message out.
-    // Counted from the poll held at fauxqs, not from the client's call (which comes before
-    // the request is on the wire).
+    // The message arrives at least LATE_MS into the long poll (this pause is the scenario,
+    // not a wait for a result): SQS starts its visibility clock when it hands the message
+    // out. Counted from the poll held at fauxqs, not from the client's call (which comes
+    // before the request is on the wire).
     await waitFor(() => held.count() >= 1, { description: 'a long poll held by fauxqs' });
-    await new Promise((resolve) => setTimeout(resolve, 1500));
-    // Still the first poll: the message goes to a poll that has waited 1.5 s.
+    await new Promise((resolve) => setTimeout(resolve, LATE_MS));
+    // Still the first poll: the message goes to a poll that has waited LATE_MS.
     expect(faults.calls.get('ReceiveMessage')).toBe(1);
     await send(emulator.client, queue.url, [{ id: 'late-1', body: '{}' }]);
     await settled(spy, 'late-1');
-    expect(receivedByCall, 'the message arrived in the first, 1.5 s old, long poll').toBe(1);
+    expect(receivedByCall, `the message arrived in the first, ${LATE_MS} ms old, long poll`).toBe(1);
     expect(faults.injected('ChangeMessageVisibility') + faults.injected('ChangeMessageVisibilityBatch')).toBe(
       1,
     );

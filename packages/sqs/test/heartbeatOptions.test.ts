@@ -72,7 +72,9 @@ describe.skipIf(!hasPostgres)('SQS heartbeat options (fauxqs + PostgreSQL)', () 
   });
 
   it('the renewals of many held messages share ChangeMessageVisibilityBatch calls', async () => {
-    const queue = await emulator.createQueue('hb-batch', { VisibilityTimeout: '2' });
+    // 4 s: renewed at 2 s, leaving 2 s for a loaded machine's delays (2 s left under 1 s;
+    // a renewal later than that finds the message back in the queue: leaseLost).
+    const queue = await emulator.createQueue('hb-batch', { VisibilityTimeout: '4' });
     const faults = faultyClient(emulator.endpoint);
     cleanups.push(() => faults.destroy());
     const ids = Array.from({ length: 10 }, (_, i) => `hb-batch-${i}`);
