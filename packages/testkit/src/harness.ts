@@ -25,14 +25,6 @@ export interface AdapterFeatures {
    * redelivery with `forceRedelivery` instead of waiting for a lapse.
    */
   leaseExtension: boolean;
-  /**
-   * The lease is the consumer's membership session, not a lease per message (Kafka's
-   * group session): it is kept by heartbeats from the client's event loop to the broker's
-   * group coordinator, and a session missed by either side, as on a starved machine,
-   * takes every partition away. A scenario that needs the lease kept alive asks for a
-   * longer one here.
-   */
-  sessionLease?: boolean;
   /** A broker-native dead-letter destination exists. */
   nativeDeadLetter: boolean;
   /** The broker counts deliveries itself. */

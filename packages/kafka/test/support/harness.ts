@@ -26,7 +26,6 @@ export function kafkaFeatures(proxy: boolean): AdapterFeatures {
     redeliveryOnRetry: true,
     delayedRetry: true,
     leaseExtension: true,
-    sessionLease: true,
     nativeDeadLetter: false,
     deliveryCount: false,
     ordering: 'partition',

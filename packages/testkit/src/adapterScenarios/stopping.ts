@@ -29,13 +29,16 @@ export const gracefulStop: Scenario = {
         await run.insertEffect(ctx, message, label);
         if (order <= 2) await gate.wait();
       };
+    // Published before the consumer starts, as in scenario 19: a Kafka fetch that raced
+    // the produce could carry one partition's records only, whose first handler, held at
+    // the gate, keeps kafkajs from fetching the others: one handler in flight, never two.
+    await run.publish(published.map((id, n) => ({ id, body: { n } })));
     const first = await run.startConsumer({
       label: 'first',
       concurrency: 2,
       handler: handler('first'),
       stopTimeoutMs: 20_000,
     });
-    await run.publish(published.map((id, n) => ({ id, body: { n } })));
     await waitFor(() => started.length >= 2, {
       timeoutMs: t(20_000),
       description: 'two handlers in flight',
