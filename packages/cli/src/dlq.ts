@@ -5,6 +5,7 @@ import {
   DeadLetters,
   type FailureGroup,
   loadConfig,
+  replayReportOf,
 } from '@oncely/core';
 import { UsageError } from './duration.js';
 import type { CliIo } from './main.js';
@@ -125,10 +126,25 @@ export async function dlqCommand(
     return 0;
   }
   if (args.action === 'replay') {
-    const report = await dlq.replay(args.selection, {
-      dryRun: args.dryRun,
-      onReplayed: (letter) => io.err.write(`replayed ${letter.messageId ?? '(no ID)'}\n`),
-    });
+    const report = await dlq
+      .replay(args.selection, {
+        dryRun: args.dryRun,
+        onReplayed: (letter) => io.err.write(`replayed ${letter.messageId ?? '(no ID)'}\n`),
+      })
+      .catch((error: unknown) => {
+        // What moved before the failure, then the error itself (exit 1 from main).
+        const partial = replayReportOf(error);
+        if (partial && args.json) io.out.write(`${JSON.stringify(partial, null, 2)}\n`);
+        else if (partial) {
+          const moved = partial.replayed.length + partial.alreadyProcessed.length + partial.withoutId;
+          io.err.write(
+            `replay stopped: ${moved} moved back, ${partial.failed.length} failed` +
+              `${list(partial.failed.map((f) => `${f.messageId ?? '(no ID)'}: ${f.error}`))}, ` +
+              `${partial.notAttempted} not attempted; the failed and the rest are still in the DLQ (a new replay takes them)\n`,
+          );
+        }
+        throw error;
+      });
     if (args.json) io.out.write(`${JSON.stringify(report, null, 2)}\n`);
     else {
       const verb = report.dryRun ? 'would replay' : 'replayed';

@@ -145,4 +145,47 @@ describe('oncely dlq: bad input (real RabbitMQ + PostgreSQL)', () => {
     expect(await depth(`${queue}.dlq`)).toBe(0);
     expect(await discardRows()).toBe(3);
   }, 60_000);
+
+  it('a replay the broker refuses part-way says what moved and what failed, then exits 1', async () => {
+    // A work queue that takes one message (reject-publish): the second and third re-sends
+    // are nacked. Its own queue, so the other cases keep their three dead letters.
+    const full = `${queue}_full`;
+    const connection = await connectionPromise;
+    const channel = await connection.createConfirmChannel();
+    await channel.assertQueue(full, {
+      durable: true,
+      arguments: { 'x-max-length': 1, 'x-overflow': 'reject-publish' },
+    });
+    await channel.assertQueue(`${full}.dlq`, { durable: true });
+    for (let i = 0; i < 3; i++) {
+      channel.sendToQueue(`${full}.dlq`, Buffer.from(`{"n":${i}}`), {
+        messageId: `f-${i}`,
+        persistent: true,
+        headers: { [REASON_HEADER]: 'max-attempts', [DETAIL_HEADER]: 'timeout' },
+      });
+    }
+    await channel.waitForConfirms();
+    try {
+      const env = { ONCELY_BROKER_QUEUE: full };
+      const refused = await oncely(['replay', 'payments'], env);
+      expect(refused.code).toBe(1);
+      expect(refused.err).toMatch(
+        /replay stopped: 1 moved back, 2 failed: f-\d: .+, f-\d: .+, 0 not attempted/,
+      );
+      expect(await depth(full)).toBe(1);
+      expect(await depth(`${full}.dlq`)).toBe(2);
+      // --json: the partial report on standard output, as a report would be.
+      await channel.purgeQueue(full);
+      const json = await oncely(['replay', 'payments', '--json'], env);
+      expect(json.code).toBe(1);
+      const partial = JSON.parse(json.out);
+      expect(partial.replayed).toHaveLength(1);
+      expect(partial.failed).toHaveLength(1);
+      expect(partial.notAttempted).toBe(0);
+      expect(await depth(`${full}.dlq`)).toBe(1);
+    } finally {
+      for (const name of [full, `${full}.dlq`]) await channel.deleteQueue(name).catch(() => {});
+      await channel.close();
+    }
+  }, 60_000);
 });

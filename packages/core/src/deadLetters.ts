@@ -14,10 +14,19 @@ import type {
 /** How many re-sends a replay has in flight at once. */
 const REPLAY_WINDOW = 50;
 
-/** Waits for every one of `work`, then throws the first failure (none is left running). */
-async function settleAll(work: Promise<void>[]): Promise<void> {
-  const failed = (await Promise.allSettled(work)).find((r) => r.status === 'rejected');
-  if (failed) throw (failed as PromiseRejectedResult).reason;
+/** The rejected ones of `results`, with their positions. */
+function failedOf(results: PromiseSettledResult<unknown>[]): Array<{ index: number; reason: unknown }> {
+  return results.flatMap((result, index) =>
+    result.status === 'rejected' ? [{ index, reason: (result as PromiseRejectedResult).reason }] : [],
+  );
+}
+
+/** `error` with `partial` attached (an Error made for a thrown value that is not an object). */
+function withPartialReport(error: unknown, partial: PartialReplayReport): unknown {
+  const carrier =
+    typeof error === 'object' && error !== null ? error : new Error(String(error), { cause: error });
+  Object.defineProperty(carrier, PARTIAL_REPORT, { value: partial, enumerable: false, configurable: true });
+  return carrier;
 }
 
 /** One dead letter as `list()` reports it. */
@@ -70,6 +79,41 @@ export interface ReplayReport {
   withoutId: number;
   /** `ids` asked for that the dead-letter queue does not hold, or the `group` when it matched none. */
   notFound: string[];
+}
+
+/**
+ * What a replay had done when it failed, on its error (see {@link replayReportOf}). A pass
+ * stops after the first window of re-sends with a failure; what it had moved is moved, the
+ * failed letters and the ones not attempted are still in the dead-letter queue.
+ */
+export interface PartialReplayReport extends ReplayReport {
+  /** Letters whose re-send (or the clearing of their attempts) failed, with the error. */
+  failed: Array<{ messageId?: string; error: string }>;
+  /** Selected letters the pass did not get to. */
+  notAttempted: number;
+}
+
+/** Where the partial report of a failed replay is kept on its error. */
+const PARTIAL_REPORT = Symbol.for('oncely.replayReport');
+
+/**
+ * The {@link PartialReplayReport} of an error `DeadLetters.replay` threw; undefined for any
+ * other error. The error itself is the broker's (or store's), unchanged.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await dlq.replay({ group: 'max-attempts' });
+ * } catch (error) {
+ *   const done = replayReportOf(error);
+ *   if (done) console.error(`replayed ${done.replayed.length}, failed ${done.failed.length}, left ${done.notAttempted}`);
+ *   throw error;
+ * }
+ * ```
+ */
+export function replayReportOf(error: unknown): PartialReplayReport | undefined {
+  if (typeof error !== 'object' || error === null) return undefined;
+  return (error as { [PARTIAL_REPORT]?: PartialReplayReport })[PARTIAL_REPORT];
 }
 
 /** What `discard` removed. */
@@ -128,7 +172,9 @@ export class DeadLetters {
    * Moves the selected dead letters back to the source, each removed from the DLQ only
    * after the broker confirmed its re-send. `dryRun`: reads and reports, moves nothing.
    * `onReplayed` is called after each one is back in the source and out of the DLQ. Sessions
-   * get up to 50 `replay` calls at once, made in the DLQ's order.
+   * get up to 50 `replay` calls at once, made in the DLQ's order. A window with a failed
+   * re-send ends the pass: its first failure is thrown as the broker (or store) gave it,
+   * carrying what the pass had done ({@link replayReportOf}: replayed, failed, not attempted).
    */
   async replay(
     selection: DeadLetterSelection,
@@ -139,34 +185,62 @@ export class DeadLetters {
       const { chosen, notFound } = this.select(session, await session.read(), selection);
       const ids = chosen.flatMap(({ info }) => (info.messageId === undefined ? [] : [info.messageId]));
       const processed = await this.processed(ids, dryRun);
-      const report: ReplayReport = { dryRun, replayed: [], alreadyProcessed: [], withoutId: 0, notFound };
-      if (!dryRun) {
-        // Windows of concurrent re-sends: a broker confirms a persistent message after its
-        // disk sync, so one at a time would wait for a sync per message. Each letter is
-        // still removed only after its own confirm, and they are sent in the DLQ's order.
-        for (let start = 0; start < chosen.length; start += REPLAY_WINDOW) {
-          const window = chosen.slice(start, start + REPLAY_WINDOW);
-          // A fresh attempt budget: the old count would dead-letter it after one failure.
-          await settleAll(
-            window.map(async ({ info }) => {
-              if (info.messageId === undefined) return;
-              await this.store.clearAttempts?.({ consumer: this.config.name, messageId: info.messageId });
-            }),
-          );
-          await settleAll(
-            window.map(async ({ letter, info }) => {
-              await session.replay(letter);
-              options.onReplayed?.(info);
-            }),
-          );
+      // In the DLQ's order, whatever order the confirms came in.
+      const report = (moved: (info: DeadLetterInfo) => boolean): ReplayReport => {
+        const done: ReplayReport = { dryRun, replayed: [], alreadyProcessed: [], withoutId: 0, notFound };
+        for (const { info } of chosen) {
+          if (!moved(info)) continue;
+          if (info.messageId === undefined) done.withoutId += 1;
+          else if (processed.has(info.messageId)) done.alreadyProcessed.push(info.messageId);
+          else done.replayed.push(info.messageId);
+        }
+        return done;
+      };
+      if (dryRun) return report(() => true);
+      const moved = new Set<DeadLetterInfo>();
+      // Windows of concurrent re-sends: a broker confirms a persistent message after its
+      // disk sync, so one at a time would wait for a sync per message. Each letter is
+      // still removed only after its own confirm, and they are sent in the DLQ's order.
+      for (let start = 0; start < chosen.length; start += REPLAY_WINDOW) {
+        const window = chosen.slice(start, start + REPLAY_WINDOW);
+        // A fresh attempt budget: the old count would dead-letter it after one failure.
+        const cleared = await Promise.allSettled(
+          window.map(async ({ info }) => {
+            if (info.messageId === undefined) return;
+            await this.store.clearAttempts?.({ consumer: this.config.name, messageId: info.messageId });
+          }),
+        );
+        const sent = failedOf(cleared).length
+          ? cleared
+          : await Promise.allSettled(
+              window.map(async ({ letter, info }) => {
+                await session.replay(letter);
+                moved.add(info);
+                options.onReplayed?.(info);
+              }),
+            );
+        const failures = failedOf(sent);
+        if (failures.length > 0) {
+          // The first failure is thrown as it is (its class and message say what the broker
+          // did); what the pass had done goes with it, so a caller can tell what moved.
+          const partial: PartialReplayReport = {
+            ...report((info) => moved.has(info)),
+            failed: failures.map(({ index, reason }) => ({
+              ...(window[index]!.info.messageId === undefined
+                ? {}
+                : { messageId: window[index]!.info.messageId }),
+              error: reason instanceof Error ? reason.message : String(reason),
+            })),
+            notAttempted:
+              chosen.length -
+              start -
+              window.length +
+              (sent === cleared ? window.length - failures.length : 0),
+          };
+          throw withPartialReport(failures[0]!.reason, partial);
         }
       }
-      for (const { info } of chosen) {
-        if (info.messageId === undefined) report.withoutId += 1;
-        else if (processed.has(info.messageId)) report.alreadyProcessed.push(info.messageId);
-        else report.replayed.push(info.messageId);
-      }
-      return report;
+      return report((info) => moved.has(info));
     });
   }
 

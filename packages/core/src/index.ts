@@ -9,9 +9,10 @@ export type {
   DeadLetterSelection,
   DiscardReport,
   FailureGroup,
+  PartialReplayReport,
   ReplayReport,
 } from './deadLetters.js';
-export { DeadLetters, failureGroupId, maskFailureError } from './deadLetters.js';
+export { DeadLetters, failureGroupId, maskFailureError, replayReportOf } from './deadLetters.js';
 export type { DiscardRow } from './discardRecord.js';
 export { toDiscardRecord } from './discardRecord.js';
 export type { OncelyErrorCode } from './errors.js';

@@ -1,4 +1,4 @@
-import { DeadLetters, failureGroupId, isOncelyError } from '@oncely/core';
+import { DeadLetters, failureGroupId, isOncelyError, replayReportOf } from '@oncely/core';
 import { MemoryBroker } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -110,6 +110,43 @@ describe('DeadLetters on the memory broker', () => {
     expect(thrown).toBe(passError);
     // The close's failure is not lost either: it is attached to the pass's error as closeError.
     expect(String((thrown as Error & { closeError?: unknown }).closeError)).toContain('could not give back');
+  });
+
+  it('a replay that fails part-way says on its error what it had done: replayed, failed, not attempted', async () => {
+    // 120 letters: windows of 50, 50 and 20. One re-send of the second window is refused.
+    const letters = Array.from({ length: 120 }, (_, n) => ({
+      envelope: { body: '{}', attributes: {}, producerMessageId: `l${n}` },
+      reason: 'max-attempts',
+    }));
+    const refusal = new Error('the broker refused l60');
+    const sent: string[] = [];
+    const module = {
+      openDeadLetters: async () => ({
+        name: 'orders.dlq',
+        defaultIdStrategy: 'producer' as const,
+        read: async () => letters,
+        replay: async (letter: (typeof letters)[number]) => {
+          if (letter.envelope.producerMessageId === 'l60') throw refusal;
+          sent.push(letter.envelope.producerMessageId);
+        },
+        remove: async () => {},
+        close: async () => {},
+      }),
+    };
+    const dlq = await DeadLetters.open(config, module as never);
+    const thrown = await dlq.replay({}).catch((e: unknown) => e);
+    // The broker's own error, as before (callers test its class and message).
+    expect(thrown).toBe(refusal);
+    const report = replayReportOf(thrown);
+    expect(report, 'the partial report on the error').toBeDefined();
+    // In the DLQ's order: the first two windows but the refused one.
+    const expected = Array.from({ length: 100 }, (_, n) => `l${n}`).filter((id) => id !== 'l60');
+    expect(report!.replayed).toEqual(expected);
+    expect([...sent].sort()).toEqual([...expected].sort());
+    expect(report!.failed).toEqual([{ messageId: 'l60', error: 'the broker refused l60' }]);
+    expect(report!.notAttempted, 'the third window: the pass stopped after the second').toBe(20);
+    expect(report!.dryRun).toBe(false);
+    expect(replayReportOf(new Error('any other error'))).toBeUndefined();
   });
 
   it('a letter whose reason or error is not text (a header a broker kept as a number) is listed, not a crash', async () => {
