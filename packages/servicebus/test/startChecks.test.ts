@@ -76,7 +76,9 @@ suite('@oncely/servicebus start() checks', () => {
 
   it('a configured lockDurationMs longer than the entity LockDuration is warned about and ignored: the lock is renewed in time', async () => {
     const queue = `lock-${randomUUID().slice(0, 8)}`;
-    emulator.createQueue(queue, { LockDuration: 'PT2S' });
+    // 6 s: the lease keeper renews every half lock, so a stalled process (a CPU-starved
+    // runner) has 3 s before the lock runs out; with 2 s it had 1 s.
+    emulator.createQueue(queue, { LockDuration: 'PT6S' });
     const warnings: string[] = [];
     const logger: Logger = { ...silentLogger, warn: (message: string) => warnings.push(message) };
     const lost: unknown[] = [];
@@ -96,8 +98,9 @@ suite('@oncely/servicebus start() checks', () => {
       logger,
       handlerTimeoutMs: 30_000,
       handler: async () => {
-        // Longer than the entity's 2 s lock: only renewals at its pace keep it.
-        await new Promise((resolve) => setTimeout(resolve, 3500));
+        // Longer than the entity's 6 s lock: only renewals at its pace keep it (renewing
+        // at half the configured 60 s, the first would come after the lock is gone).
+        await new Promise((resolve) => setTimeout(resolve, 7500));
       },
     });
     consumer.on('leaseLost', (e) => lost.push(e));
