@@ -405,7 +405,9 @@ describe.skipIf(!hasPostgres)('leased mode renews the claim while the handler ru
   it('a handler running past leaseMs keeps its key: a retry still gets 409, then the replay', async () => {
     const schema = uniqueSchema('http_renew');
     const store = await openStore('postgres', schema);
-    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs: 1000, scope: 'tests' });
+    // Renewed every leaseMs / 3: a renewal may run up to two thirds of a lease late (2 s
+    // here, on a busy machine) before the claim lapses.
+    const idempotency = new HttpIdempotency({ store, mode: 'leased', leaseMs: 3000, scope: 'tests' });
     const first = gate();
     let runs = 0;
     const server = await startServer('fastify', idempotency, async () => {
@@ -417,8 +419,9 @@ describe.skipIf(!hasPostgres)('leased mode renews the claim while the handler ru
     try {
       const leader = post(server.url, { id: 'long' }, { 'idempotency-key': 'long' });
       await first.entered;
-      // Three lease lengths later, on the database clock: only renewals keep the claim alive.
-      await admin.query('SELECT pg_sleep(2.5)');
+      // Two lease lengths later, on the database clock: only renewals keep the claim alive
+      // (unrenewed it lapsed 3 s ago; renewed once, at 1 s, it lapsed 2 s ago).
+      await admin.query('SELECT pg_sleep(6)');
       const during = await post(server.url, { id: 'long' }, { 'idempotency-key': 'long' });
       expect(during.status).toBe(409);
       first.open();

@@ -264,7 +264,10 @@ describe.skipIf(!hasMySql)('@oncely/http on MySqlStore (the real MariaDB)', () =
     const idempotency = new HttpIdempotency({
       store,
       mode: 'leased',
-      leaseMs: 1000,
+      // The claim's deadline is acquire + leaseMs (no renewal runs before the 200 ms
+      // timeout): the 504 and the next POST must both come before it, with room for a
+      // busy machine's stalls (1 s left ~800 ms for both).
+      leaseMs: 5000,
       handlerTimeoutMs: 200,
       scope: 'tests',
       logger: silent,
@@ -282,7 +285,7 @@ describe.skipIf(!hasMySql)('@oncely/http on MySqlStore (the real MariaDB)', () =
       expect((await post(server.url, { id: 'l' }, { 'idempotency-key': 'lease' })).status).toBe(409);
       await expect
         .poll(async () => (await post(server.url, { id: 'l' }, { 'idempotency-key': 'lease' })).status, {
-          timeout: 10_000,
+          timeout: 20_000,
           interval: 200,
         })
         .toBe(201);
