@@ -140,7 +140,8 @@ export async function dlqCommand(
           io.err.write(
             `replay stopped: ${moved} moved back, ${partial.failed.length} failed` +
               `${list(partial.failed.map((f) => `${f.messageId ?? '(no ID)'}: ${f.error}`))}, ` +
-              `${partial.notAttempted} not attempted; the failed and the rest are still in the DLQ (a new replay takes them)\n`,
+              `${partial.notAttempted} not attempted. What failed or was not attempted is in the DLQ (a failed one whose ` +
+              `removal failed after its re-send is in the source too): a new replay sends it, the consumer's marker absorbs a second copy\n`,
           );
         }
         throw error;

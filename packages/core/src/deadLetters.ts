@@ -21,12 +21,31 @@ function failedOf(results: PromiseSettledResult<unknown>[]): Array<{ index: numb
   );
 }
 
-/** `error` with `partial` attached (an Error made for a thrown value that is not an object). */
+/**
+ * `error` with `partial` attached. A thrown value that cannot carry it (not an object, a
+ * frozen error) is wrapped in an Error with the same message and the value as `cause`.
+ */
 function withPartialReport(error: unknown, partial: PartialReplayReport): unknown {
-  const carrier =
-    typeof error === 'object' && error !== null ? error : new Error(String(error), { cause: error });
-  Object.defineProperty(carrier, PARTIAL_REPORT, { value: partial, enumerable: false, configurable: true });
-  return carrier;
+  const attach = (carrier: object) =>
+    Object.defineProperty(carrier, PARTIAL_REPORT, { value: partial, enumerable: false, configurable: true });
+  if (typeof error === 'object' && error !== null && Object.isExtensible(error)) {
+    try {
+      return attach(error);
+    } catch {
+      // A proxy that refuses the property: wrapped below.
+    }
+  }
+  return attach(new Error(failureText(error), { cause: error }));
+}
+
+/** A failure's text for a report: the message (the name when it is empty), never a throw. */
+function failureText(reason: unknown): string {
+  if (reason instanceof Error) return reason.message || reason.name;
+  try {
+    return asText(reason) ?? 'unknown error';
+  } catch {
+    return 'unknown error';
+  }
 }
 
 /** One dead letter as `list()` reports it. */
@@ -87,7 +106,11 @@ export interface ReplayReport {
  * failed letters and the ones not attempted are still in the dead-letter queue.
  */
 export interface PartialReplayReport extends ReplayReport {
-  /** Letters whose re-send (or the clearing of their attempts) failed, with the error. */
+  /**
+   * Letters whose replay failed, with the error: the clearing of their attempts, the
+   * re-send, or the removal from the DLQ after a confirmed re-send (then the letter is in
+   * both, and a second replay sends it again: the consumer's marker absorbs the copy).
+   */
   failed: Array<{ messageId?: string; error: string }>;
   /** Selected letters the pass did not get to. */
   notAttempted: number;
@@ -97,8 +120,10 @@ export interface PartialReplayReport extends ReplayReport {
 const PARTIAL_REPORT = Symbol.for('oncely.replayReport');
 
 /**
- * The {@link PartialReplayReport} of an error `DeadLetters.replay` threw; undefined for any
- * other error. The error itself is the broker's (or store's), unchanged.
+ * The {@link PartialReplayReport} of an error `DeadLetters.replay` threw once it had begun
+ * re-sending; undefined for any other error (a failed read or marker look-up moved nothing). The error
+ * is the session's or the store's own; one that cannot carry the report (not an object,
+ * frozen) comes wrapped in an Error with the same message and it as `cause`.
  *
  * @example
  * ```ts
@@ -219,8 +244,10 @@ export class DeadLetters {
                 options.onReplayed?.(info);
               }),
             );
-        const failures = failedOf(sent);
-        if (failures.length > 0) {
+        const rejected = failedOf(sent);
+        if (rejected.length > 0) {
+          // A letter whose onReplayed threw did move: reported as moved, not as failed.
+          const failures = rejected.filter(({ index }) => !moved.has(window[index]!.info));
           // The first failure is thrown as it is (its class and message say what the broker
           // did); what the pass had done goes with it, so a caller can tell what moved.
           const partial: PartialReplayReport = {
@@ -229,7 +256,7 @@ export class DeadLetters {
               ...(window[index]!.info.messageId === undefined
                 ? {}
                 : { messageId: window[index]!.info.messageId }),
-              error: reason instanceof Error ? reason.message : String(reason),
+              error: failureText(reason),
             })),
             notAttempted:
               chosen.length -
@@ -237,7 +264,7 @@ export class DeadLetters {
               window.length +
               (sent === cleared ? window.length - failures.length : 0),
           };
-          throw withPartialReport(failures[0]!.reason, partial);
+          throw withPartialReport((failures[0] ?? rejected[0])!.reason, partial);
         }
       }
       return report((info) => moved.has(info));
@@ -294,7 +321,8 @@ export class DeadLetters {
       // The pass's own failure is what the caller must see; a close that fails as well
       // (letters it could not give back) is attached to it, not put in its place.
       await session.close().catch((closeError: unknown) => {
-        if (error instanceof Error) Object.assign(error, { closeError });
+        // Best effort: a frozen error keeps its own story without the close's.
+        if (error instanceof Error && Object.isExtensible(error)) Object.assign(error, { closeError });
       });
       throw error;
     }

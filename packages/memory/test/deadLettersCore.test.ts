@@ -149,6 +149,46 @@ describe('DeadLetters on the memory broker', () => {
     expect(replayReportOf(new Error('any other error'))).toBeUndefined();
   });
 
+  it('a partial report stays true when onReplayed throws, and a frozen error still carries it', async () => {
+    const letters = ['x', 'y', 'z'].map((id) => ({
+      envelope: { body: '{}', attributes: {}, producerMessageId: id },
+      reason: 'max-attempts',
+    }));
+    const frozen = Object.freeze(new Error('refused z'));
+    const module = {
+      openDeadLetters: async () => ({
+        name: 'orders.dlq',
+        defaultIdStrategy: 'producer' as const,
+        read: async () => letters,
+        replay: async (letter: (typeof letters)[number]) => {
+          if (letter.envelope.producerMessageId === 'z') throw frozen;
+        },
+        remove: async () => {},
+        close: async () => {},
+      }),
+    };
+    const dlq = await DeadLetters.open(config, module as never);
+    // y moved, then the caller's callback threw: y is moved, not failed.
+    const thrown = await dlq
+      .replay(
+        {},
+        {
+          onReplayed: (letter) => {
+            if (letter.messageId === 'y') throw new Error('callback broke');
+          },
+        },
+      )
+      .catch((e: unknown) => e);
+    const report = replayReportOf(thrown);
+    expect(report, 'the report, on a frozen error too').toBeDefined();
+    expect(report!.replayed).toEqual(['x', 'y']);
+    expect(report!.failed).toEqual([{ messageId: 'z', error: 'refused z' }]);
+    expect(report!.notAttempted).toBe(0);
+    // The broker's refusal, wrapped only because it cannot carry the report itself.
+    expect((thrown as Error).message).toBe('refused z');
+    expect((thrown as Error).cause === frozen || thrown === frozen).toBe(true);
+  });
+
   it('a letter whose reason or error is not text (a header a broker kept as a number) is listed, not a crash', async () => {
     const module = {
       openDeadLetters: async () => ({
