@@ -151,7 +151,7 @@ describe('MemoryBroker: leases', () => {
       }
       if (seen.includes('poison#2')) break;
     }
-    expect(await broker.waitForIdle('q', { timeoutMs: 2000 })).toBe(true);
+    expect(await broker.waitForIdle('q', { timeoutMs: 10_000 })).toBe(true);
     expect(seen.filter((s) => s.startsWith('poison'))).toEqual(['poison#1', 'poison#2']);
     const [dead, ...more] = broker.deadLetters('q');
     expect(more).toEqual([]);
@@ -349,7 +349,7 @@ describe('MemoryBroker: fault injection', () => {
     const second = await receiveOne(broker, 'q');
     expect(second.deliveryCount).toBe(2);
     await broker.ack(second.receipt);
-    expect(await broker.waitForIdle('q', { timeoutMs: 1000 })).toBe(true);
+    expect(await broker.waitForIdle('q', { timeoutMs: 10_000 })).toBe(true);
   });
 
   it('duplicateDelivery: the same message is handed out twice, each with its own receipt', async () => {

@@ -52,7 +52,7 @@ describe('batchHandler on the memory broker', () => {
     // Producer duplicates of the first ten: their copies must never reach the handler.
     for (let i = 0; i < 10; i++) await broker.send('orders', { id: `order-${i}`, body: { n: i } });
     await consumer.start();
-    expect(await broker.waitForIdle('orders', { timeoutMs: 20_000 })).toBe(true);
+    expect(await broker.waitForIdle('orders', { timeoutMs: 60_000 })).toBe(true);
 
     const effects = await effectsPerId(store);
     expect(effects.size).toBe(40);
@@ -96,7 +96,7 @@ describe('batchHandler on the memory broker', () => {
       await broker.send('work', { id: `m-${i}`, body: i === 5 ? { poison: true } : {} });
     }
     await consumer.start();
-    expect(await broker.waitForIdle('work', { timeoutMs: 20_000 })).toBe(true);
+    expect(await broker.waitForIdle('work', { timeoutMs: 60_000 })).toBe(true);
 
     // The joint call's rows rolled back, the isolation pass committed the healthy ones.
     const effects = await effectsPerId(store);
@@ -138,7 +138,7 @@ describe('batchHandler on the memory broker', () => {
     });
     cleanups.push(() => consumer.stop());
     await consumer.start();
-    expect(await broker.waitForIdle('work', { timeoutMs: 20_000 })).toBe(true);
+    expect(await broker.waitForIdle('work', { timeoutMs: 60_000 })).toBe(true);
 
     expect(seen, 'messages the handler ran').not.toContain('worn');
     expect([...(await effectsPerId(store)).keys()].sort()).toEqual(

@@ -46,7 +46,7 @@ describe('createConsumer on the memory broker with the embedded store', () => {
       const copies = Number(id.slice(6)) % 4 === 0 ? 3 : 1;
       for (let c = 0; c < copies; c++) await broker.send('orders', { id, body: { id } });
     }
-    expect(await broker.waitForIdle('orders', { timeoutMs: 30_000 })).toBe(true);
+    expect(await broker.waitForIdle('orders', { timeoutMs: 60_000 })).toBe(true);
 
     const effects = await effectsPerId(store);
     expect(effects.size).toBe(60);
@@ -84,7 +84,7 @@ describe('createConsumer on the memory broker with the embedded store', () => {
     await broker.send('work', { id: 'flaky', body: { kind: 'flaky' } });
     await broker.send('work', { id: 'broken', body: { kind: 'broken' } });
     await broker.send('work', { body: { kind: 'no-id' } });
-    expect(await broker.waitForIdle('work', { timeoutMs: 10_000 })).toBe(true);
+    expect(await broker.waitForIdle('work', { timeoutMs: 60_000 })).toBe(true);
 
     // The failed attempts rolled back their rows: one row for flaky, none for broken.
     expect(await effectsPerId(store)).toEqual(new Map([['flaky', 1]]));
@@ -191,14 +191,14 @@ describe('createConsumer on the memory broker with the embedded store', () => {
     const counts = track(consumer);
     await consumer.start();
     await broker.send('slow', { id: 'slow-1', body: {} });
-    expect(await broker.waitForIdle('slow', { timeoutMs: 30_000 })).toBe(true);
+    expect(await broker.waitForIdle('slow', { timeoutMs: 60_000 })).toBe(true);
     // The handler outlived its first lease (a lower bound: load only makes it longer).
     expect(ranMs).toBeGreaterThan(visibilityTimeoutMs);
     // Without renewal the lease would have lapsed and the message gone out again.
     expect(counts.received).toBe(1);
     expect(counts.ackFailed).toBe(0);
     expect(await effectsPerId(store)).toEqual(new Map([['slow-1', 1]]));
-  }, 60_000);
+  }, 120_000);
 
   it('runs from a config in the environment, on the named broker the producer sends to', async () => {
     const queue = `from-env-${process.pid}`;
@@ -221,7 +221,7 @@ describe('createConsumer on the memory broker with the embedded store', () => {
     cleanups.push(() => broker.close());
     await broker.send(queue, { id: 'env-1', body: {} });
     await broker.send(queue, { id: 'env-1', body: {} });
-    expect(await broker.waitForIdle(queue, { timeoutMs: 10_000 })).toBe(true);
+    expect(await broker.waitForIdle(queue, { timeoutMs: 60_000 })).toBe(true);
     expect(counts.processed).toBe(1);
     expect(counts.duplicate).toBe(1);
     expect(await effectsPerId(store)).toEqual(new Map([['env-1', 1]]));

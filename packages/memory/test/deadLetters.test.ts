@@ -36,7 +36,7 @@ describe('DeadLetters on the memory broker with the embedded store', () => {
     for (const id of failing) await broker.send('orders', { id, body: { id } });
     for (const [i, id] of garbled.entries())
       await broker.send('orders', { id, body: `{"id": "${id}", broken ${i}` });
-    expect(await broker.waitForIdle('orders', { timeoutMs: 30_000 })).toBe(true);
+    expect(await broker.waitForIdle('orders', { timeoutMs: 60_000 })).toBe(true);
 
     const dlq = await DeadLetters.open(config);
     const { letters, groups } = await dlq.list();
@@ -53,7 +53,7 @@ describe('DeadLetters on the memory broker with the embedded store', () => {
     broken.on = false;
     const replayed = await dlq.replay({ group: 'max-attempts' });
     expect(replayed.replayed).toHaveLength(25);
-    expect(await broker.waitForIdle('orders', { timeoutMs: 30_000 })).toBe(true);
+    expect(await broker.waitForIdle('orders', { timeoutMs: 60_000 })).toBe(true);
     const effects = await effectsPerId(store);
     expect([...effects.keys()].sort()).toEqual([...failing].sort());
     expect([...effects.values()].every((n) => n === 1)).toBe(true);

@@ -40,7 +40,7 @@ describe('DeadLetters on the memory broker', () => {
       const [delivery] = await broker.receive('orders');
       await broker.deadLetter(delivery!.receipt, reason, detail);
     }
-  }, 60_000); // the embedded PostgreSQL starts and migrates
+  }, 120_000); // the embedded PostgreSQL starts and migrates
   afterAll(async () => {
     broker.close();
     await store.close();

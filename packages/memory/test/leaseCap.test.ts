@@ -169,7 +169,7 @@ describe.skipIf(!hasServer)('the lease cap on the memory broker', () => {
     cleanups.push(() => consumer.stop());
     await consumer.start();
     await broker.send('capped-stop', { id: 'stops', body: {} });
-    expect(await broker.waitForIdle('capped-stop', { timeoutMs: 10_000 })).toBe(true);
+    expect(await broker.waitForIdle('capped-stop', { timeoutMs: 60_000 })).toBe(true);
     // Attempts count failures, not lost leases: the redelivery is attempt 1 again.
     expect(attempts).toEqual([1, 1]);
     expect(events).toEqual(['leaseLost', 'released', 'processed']);
