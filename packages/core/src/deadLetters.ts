@@ -258,11 +258,8 @@ export class DeadLetters {
                 : { messageId: window[index]!.info.messageId }),
               error: failureText(reason),
             })),
-            notAttempted:
-              chosen.length -
-              start -
-              window.length +
-              (sent === cleared ? window.length - failures.length : 0),
+            // Every selected letter is moved, failed or not attempted.
+            notAttempted: chosen.length - moved.size - failures.length,
           };
           throw withPartialReport((failures[0] ?? rejected[0])!.reason, partial);
         }

@@ -19,6 +19,21 @@ describe('failureGroupId', () => {
   });
 });
 
+/** A dead-letter module whose one session reads `letters`; `session` overrides its calls. */
+function fakeDeadLetters(letters: unknown[], session: Record<string, unknown> = {}): never {
+  return {
+    openDeadLetters: async () => ({
+      name: 'orders.dlq',
+      defaultIdStrategy: 'producer' as const,
+      read: async () => letters,
+      replay: async () => {},
+      remove: async () => {},
+      close: async () => {},
+      ...session,
+    }),
+  } as never;
+}
+
 describe('DeadLetters on the memory broker', () => {
   const broker = new MemoryBroker();
   const store = PostgresStore.embedded();
@@ -89,23 +104,18 @@ describe('DeadLetters on the memory broker', () => {
 
   it("a pass that fails and a close that fails too: the pass's own error is the one thrown", async () => {
     const passError = new Error('the re-send was refused');
-    const module = {
-      openDeadLetters: async () => ({
-        name: 'orders.dlq',
-        defaultIdStrategy: 'producer' as const,
-        read: async () => [
-          { envelope: { body: '{}', attributes: {}, producerMessageId: 'a' }, reason: 'max-attempts' },
-        ],
+    const module = fakeDeadLetters(
+      [{ envelope: { body: '{}', attributes: {}, producerMessageId: 'a' }, reason: 'max-attempts' }],
+      {
         replay: async () => {
           throw passError;
         },
-        remove: async () => {},
         close: async () => {
           throw new Error('could not give back 1 of 1 dead letters');
         },
-      }),
-    };
-    const dlq = await DeadLetters.open(config, module as never);
+      },
+    );
+    const dlq = await DeadLetters.open(config, module);
     const thrown = await dlq.replay({}).catch((e: unknown) => e);
     expect(thrown).toBe(passError);
     // The close's failure is not lost either: it is attached to the pass's error as closeError.
@@ -120,20 +130,13 @@ describe('DeadLetters on the memory broker', () => {
     }));
     const refusal = new Error('the broker refused l60');
     const sent: string[] = [];
-    const module = {
-      openDeadLetters: async () => ({
-        name: 'orders.dlq',
-        defaultIdStrategy: 'producer' as const,
-        read: async () => letters,
-        replay: async (letter: (typeof letters)[number]) => {
-          if (letter.envelope.producerMessageId === 'l60') throw refusal;
-          sent.push(letter.envelope.producerMessageId);
-        },
-        remove: async () => {},
-        close: async () => {},
-      }),
-    };
-    const dlq = await DeadLetters.open(config, module as never);
+    const module = fakeDeadLetters(letters, {
+      replay: async (letter: (typeof letters)[number]) => {
+        if (letter.envelope.producerMessageId === 'l60') throw refusal;
+        sent.push(letter.envelope.producerMessageId);
+      },
+    });
+    const dlq = await DeadLetters.open(config, module);
     const thrown = await dlq.replay({}).catch((e: unknown) => e);
     // The broker's own error, as before (callers test its class and message).
     expect(thrown).toBe(refusal);
@@ -155,19 +158,12 @@ describe('DeadLetters on the memory broker', () => {
       reason: 'max-attempts',
     }));
     const frozen = Object.freeze(new Error('refused z'));
-    const module = {
-      openDeadLetters: async () => ({
-        name: 'orders.dlq',
-        defaultIdStrategy: 'producer' as const,
-        read: async () => letters,
-        replay: async (letter: (typeof letters)[number]) => {
-          if (letter.envelope.producerMessageId === 'z') throw frozen;
-        },
-        remove: async () => {},
-        close: async () => {},
-      }),
-    };
-    const dlq = await DeadLetters.open(config, module as never);
+    const module = fakeDeadLetters(letters, {
+      replay: async (letter: (typeof letters)[number]) => {
+        if (letter.envelope.producerMessageId === 'z') throw frozen;
+      },
+    });
+    const dlq = await DeadLetters.open(config, module);
     // y moved, then the caller's callback threw: y is moved, not failed.
     const thrown = await dlq
       .replay(
@@ -190,24 +186,15 @@ describe('DeadLetters on the memory broker', () => {
   });
 
   it('a letter whose reason or error is not text (a header a broker kept as a number) is listed, not a crash', async () => {
-    const module = {
-      openDeadLetters: async () => ({
-        name: 'orders.dlq',
-        defaultIdStrategy: 'producer' as const,
-        read: async () => [
-          { envelope: { body: '{}', attributes: {}, producerMessageId: 'n' }, reason: 7, error: 42 },
-          {
-            envelope: { body: '{}', attributes: {}, producerMessageId: 'm' },
-            reason: 'max-attempts',
-            error: { code: 1 },
-          },
-        ],
-        replay: async () => {},
-        remove: async () => {},
-        close: async () => {},
-      }),
-    };
-    const dlq = await DeadLetters.open(config, module as never);
+    const module = fakeDeadLetters([
+      { envelope: { body: '{}', attributes: {}, producerMessageId: 'n' }, reason: 7, error: 42 },
+      {
+        envelope: { body: '{}', attributes: {}, producerMessageId: 'm' },
+        reason: 'max-attempts',
+        error: { code: 1 },
+      },
+    ]);
+    const dlq = await DeadLetters.open(config, module);
     const { letters, groups } = await dlq.list();
     expect(letters.map((l) => [l.reason, l.error])).toEqual([
       ['7', '42'],
