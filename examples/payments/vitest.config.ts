@@ -1,5 +1,10 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { name: 'example-payments', include: ['test/**/*.test.ts'], testTimeout: 120_000 },
+  test: {
+    name: 'example-payments',
+    include: ['test/**/*.test.ts'],
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
+  },
 });

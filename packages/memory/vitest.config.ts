@@ -8,5 +8,6 @@ export default defineConfig({
     // WebAssembly) and migrate it, which took over 30 s on Node 22 beside the serial group,
     // two JVMs and the load script (scripts/ci-under-load.sh, fresh clone of 70efc29).
     testTimeout: 120_000,
+    hookTimeout: 120_000,
   },
 });
