@@ -13,45 +13,49 @@ npm run build --silent
 npx biome check .
 # Types of the tests too: vitest strips types without checking them.
 npx turbo run typecheck --output-logs=errors-only
-npx vitest run "$@"
-# After every project (a full run only): the runs that change or restart something
-# server-wide go one at a time; three that touch nothing shared (two on Node 22, ElasticMQ on a
-# port of its own) run beside them in the background, their output printed when they end.
-# Every run goes to the end, so one failure does not hide another; the status is the worst.
-if [ "$#" -eq 0 ]; then
-  logs="$(mktemp -d)"
-  status=0
-  # Node 20 is past its end of life: the unit, store and memory-broker suites run again on
-  # Node 22, from npm's node@22 package (it ships the binary; npx caches it after the first
-  # fetch). Not a root devDependency: its `node` bin would shadow the system node for every
-  # npm script. 30–55 s on the shared 2-core machine this was measured on.
-  npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-    'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --project core --project postgres --project memory' \
-    >"$logs/node22.log" 2>&1 &
-  node22=$!
-  # Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker the kafka
-  # project's globalSetup starts for this run (the main run's broker is stopped by then):
-  # conformance and rebalance, the same files the kafkajs runs above passed; and send(),
-  # the outbox producer, findDeadLetters and diagnose on it (about 10 s together).
-  npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-    'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts' \
-    >"$logs/kafkaPlatformatic.log" 2>&1 &
-  kafkaPlatformatic=$!
-  # The SQS suite's broker-facing files again, on ElasticMQ (a second SQS implementation,
-  # from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not.
-  bash packages/sqs/scripts/elasticmq-conformance.sh test/conformance.test.ts test/fifoOrdering.test.ts \
-    test/fifoFollowers.test.ts test/elasticmq.test.ts >"$logs/elasticmq.log" 2>&1 &
-  elasticmq=$!
-  # A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
-  # shared one is never restarted); it checks the server is back before it ends.
-  bash test/chaos/pgRestart.sh || status=1
-  # RabbitMQ's server-wide consumer_timeout, lowered and restored by the test itself.
-  npx vitest run --config packages/rabbitmq/vitest.slow.config.ts || status=1
-  for job in node22 kafkaPlatformatic elasticmq; do
-    if wait "${!job}"; then result=passed; else result=FAILED; status=1; fi
-    echo "---- ${job} (${result}) ----"
-    cat "$logs/${job}.log"
-  done
-  rm -rf "$logs"
-  exit "$status"
-fi
+if [ "$#" -ne 0 ]; then exec npx vitest run "$@"; fi
+# A full run: the main vitest run, then the runs that change or restart something
+# server-wide one at a time; three runs that touch nothing shared (two on Node 22, ElasticMQ
+# on a port of its own) run beside them in the background, their output printed when they
+# end. Every run goes to the end, so one failure does not hide another; the status is the
+# worst. Background runs still going when this script exits early are stopped with it.
+logs="$(mktemp -d)"
+status=0
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+# The SQS suite's broker-facing files again, on ElasticMQ (a second SQS implementation,
+# from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not. It
+# starts with the main run, not after it: about four minutes that mostly wait on
+# visibility timeouts, off the end of the command (random schemas, queues on a server of
+# its own: nothing it shares with the main run's SQS files).
+bash packages/sqs/scripts/elasticmq-conformance.sh test/conformance.test.ts test/fifoOrdering.test.ts \
+  test/fifoFollowers.test.ts test/elasticmq.test.ts >"$logs/elasticmq.log" 2>&1 &
+elasticmq=$!
+npx vitest run || status=1
+# Node 20 is past its end of life: the unit, store and memory-broker suites run again on
+# Node 22, from npm's node@22 package (it ships the binary; npx caches it after the first
+# fetch). Not a root devDependency: its `node` bin would shadow the system node for every
+# npm script. After the main run: it runs the same projects, some with fixed schema names.
+npx -y -p "${ONCELY_NODE22:-node@22}" -c \
+  'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --project core --project postgres --project memory' \
+  >"$logs/node22.log" 2>&1 &
+node22=$!
+# Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker the kafka
+# project's globalSetup starts for this run (the main run's broker is stopped by then):
+# conformance and rebalance, the same files the kafkajs runs above passed; and send(),
+# the outbox producer, findDeadLetters and diagnose on it (about 10 s together).
+npx -y -p "${ONCELY_NODE22:-node@22}" -c \
+  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts' \
+  >"$logs/kafkaPlatformatic.log" 2>&1 &
+kafkaPlatformatic=$!
+# A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
+# shared one is never restarted); it checks the server is back before it ends.
+bash test/chaos/pgRestart.sh || status=1
+# RabbitMQ's server-wide consumer_timeout, lowered and restored by the test itself.
+npx vitest run --config packages/rabbitmq/vitest.slow.config.ts || status=1
+for job in node22 kafkaPlatformatic elasticmq; do
+  if wait "${!job}"; then result=passed; else result=FAILED; status=1; fi
+  echo "---- ${job} (${result}) ----"
+  cat "$logs/${job}.log"
+done
+rm -rf "$logs"
+exit "$status"

@@ -1,6 +1,8 @@
 import { readdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { expect, it } from 'vitest';
+import type { TestSpecification } from 'vitest/node';
+import LongestFirstSequencer from '../sequencer/longestFirst.js';
 
 // Every vitest project bounds its tests and hooks for a busy machine. vitest's defaults
 // (5 s a test, 10 s a hook) are measures of speed, not bounds for a hang: CI refused a
@@ -38,4 +40,22 @@ it('every vitest project sets test and hook bounds a loaded 2-core runner keeps'
       tooTight.push(`${name}: hookTimeout ${test.hookTimeout ?? 'default 10 s'}`);
   }
   expect(tooTight).toEqual([]);
+});
+
+it('the sequencer starts the longest known files first, and files it does not know before them', async () => {
+  const spec = (project: string, path: string) =>
+    ({ project: { name: project }, moduleId: join(root, path) }) as unknown as TestSpecification;
+  const files = [
+    spec('docs', 'test/docs/docs.test.ts'),
+    spec('chaos', 'test/chaos/chaos.test.ts'),
+    spec('docs', 'test/docs/a-new-file.test.ts'),
+    spec('rabbitmq', 'packages/rabbitmq/test/conformance.test.ts'),
+  ];
+  const sorted = await new LongestFirstSequencer({} as never).sort(files);
+  expect(sorted.map((file) => file.moduleId.slice(root.length + 1))).toEqual([
+    'test/docs/a-new-file.test.ts',
+    'test/chaos/chaos.test.ts',
+    'packages/rabbitmq/test/conformance.test.ts',
+    'test/docs/docs.test.ts',
+  ]);
 });
