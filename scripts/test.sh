@@ -21,30 +21,44 @@ if [ "$#" -ne 0 ]; then exec npx vitest run "$@"; fi
 # worst. Background runs still going when this script exits early are stopped with it.
 logs="$(mktemp -d)"
 status=0
-trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+# Each background run is a process group of its own (setsid), so stopping it stops what it
+# started too (vitest, a JVM). Interrupted: stop at once, not on to the next run (vitest
+# exits 130/143 on SIGINT/SIGTERM, which `|| status=1` would otherwise take for a failure).
+stop_background() {
+  for pid in $(jobs -p); do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  rm -rf "$logs"
+}
+trap stop_background EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 # The SQS suite's broker-facing files again, on ElasticMQ (a second SQS implementation,
 # from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not. It
 # starts with the main run, not after it: about four minutes that mostly wait on
 # visibility timeouts, off the end of the command (random schemas, queues on a server of
-# its own: nothing it shares with the main run's SQS files).
-bash packages/sqs/scripts/elasticmq-conformance.sh test/conformance.test.ts test/fifoOrdering.test.ts \
-  test/fifoFollowers.test.ts test/elasticmq.test.ts >"$logs/elasticmq.log" 2>&1 &
+# its own: nothing it shares with the main run's SQS files). Its jars are fetched first, in
+# the foreground: two Maven processes (the kafka project's global setup fetches too) must
+# not fill ~/.m2 at once. One file at a time, so it adds one worker beside the main run's
+# three, not three. --no-cache: the side runs leave vitest's results cache (the durations
+# the sequencer is regenerated from) to the main run.
+ONCELY_ELASTICMQ_FETCH_ONLY=1 bash packages/sqs/scripts/elasticmq-conformance.sh
+setsid -w bash packages/sqs/scripts/elasticmq-conformance.sh --maxWorkers=1 --no-cache test/conformance.test.ts \
+  test/fifoOrdering.test.ts test/fifoFollowers.test.ts test/elasticmq.test.ts >"$logs/elasticmq.log" 2>&1 &
 elasticmq=$!
 npx vitest run || status=1
 # Node 20 is past its end of life: the unit, store and memory-broker suites run again on
 # Node 22, from npm's node@22 package (it ships the binary; npx caches it after the first
 # fetch). Not a root devDependency: its `node` bin would shadow the system node for every
 # npm script. After the main run: it runs the same projects, some with fixed schema names.
-npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-  'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --project core --project postgres --project memory' \
+setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
+  'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --no-cache --project core --project postgres --project memory' \
   >"$logs/node22.log" 2>&1 &
 node22=$!
 # Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker the kafka
 # project's globalSetup starts for this run (the main run's broker is stopped by then):
 # conformance and rebalance, the same files the kafkajs runs above passed; and send(),
 # the outbox producer, findDeadLetters and diagnose on it (about 10 s together).
-npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts' \
+setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
+  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts' \
   >"$logs/kafkaPlatformatic.log" 2>&1 &
 kafkaPlatformatic=$!
 # A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
@@ -57,5 +71,4 @@ for job in node22 kafkaPlatformatic elasticmq; do
   echo "---- ${job} (${result}) ----"
   cat "$logs/${job}.log"
 done
-rm -rf "$logs"
 exit "$status"

@@ -20,7 +20,8 @@ function projectConfigs(): string[] {
     for (const entry of readdirSync(join(root, group), { withFileTypes: true })) {
       if (!entry.isDirectory()) continue;
       for (const file of readdirSync(join(root, group, entry.name))) {
-        if (/^vitest(\.[a-z]+)?\.config\.ts$/.test(file)) configs.push(join(root, group, entry.name, file));
+        if (/^vitest(\.[a-z0-9-]+)?\.config\.m?ts$/.test(file))
+          configs.push(join(root, group, entry.name, file));
       }
     }
   }

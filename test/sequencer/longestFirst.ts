@@ -9,7 +9,8 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 // file durations of a measured run (test/sequencer/durations.json, written by
 // `node scripts/test-durations.mjs` after a full run): the long files start at once and the
 // short ones fill the workers at the end. Files the table does not know run first, since a
-// new file may be long. Order only: the files stay independent of each other.
+// new file may be long. Order only: the files stay independent of each other. It takes the
+// place of vitest's own order, so `--sequence.shuffle` does not shuffle files with it.
 const root = join(import.meta.dirname, '..', '..');
 const durations: Record<string, number> = JSON.parse(
   readFileSync(join(import.meta.dirname, 'durations.json'), 'utf8'),

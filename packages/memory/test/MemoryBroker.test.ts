@@ -129,11 +129,13 @@ describe('MemoryBroker: leases', () => {
   it('extend keeps the message leased past its first expiry', async () => {
     const broker = newBroker();
     await broker.send('q', { id: 'a', body: 'x' });
-    const first = await receiveOne(broker, 'q', { visibilityTimeoutMs: 100 });
-    const until = await broker.extend(first.receipt, 600);
-    expect(until).toBeGreaterThan(Date.now() + 400);
-    // Well past the original 100 ms lease: still leased.
-    expect(await broker.receive('q', { waitMs: 250 })).toEqual([]);
+    // A 1 s lease extended to 3 s: a loaded machine's stall between the receive and the
+    // extend, or after it, stays inside both.
+    const first = await receiveOne(broker, 'q', { visibilityTimeoutMs: 1000 });
+    const until = await broker.extend(first.receipt, 3000);
+    expect(until).toBeGreaterThan(Date.now() + 1500);
+    // Well past the original 1 s lease: still leased.
+    expect(await broker.receive('q', { waitMs: 1500 })).toEqual([]);
     const again = await receiveOne(broker, 'q');
     expect(again.deliveryCount).toBe(2);
   });

@@ -43,14 +43,25 @@ describe.skipIf(!hasPostgres)('leases of messages that waited for a slot', () =>
     const margins: Array<{ id: string; leftMs: number }> = [];
     consumer.on('received', (event) => {
       const startedAt = Date.now();
-      // Long enough for a renewal sent at dispatch to land; far less than half a lease.
-      setTimeout(() => {
-        const held = emulator
+      // The margin the emulator holds once a renewal sent at dispatch has landed: read every
+      // 100 ms for up to 2 s (a loaded machine may answer the renewal late; one read after
+      // 300 ms saw the old deadline), still far less than the 5 s between periodic renewals.
+      const read = () =>
+        emulator
           .inspectSubscription(fixture.subscriptionName)
-          ?.messages.find((m) => m.attributes['message-id'] === event.messageId);
-        if (held?.deadline !== undefined)
-          margins.push({ id: event.messageId!, leftMs: held.deadline - startedAt });
-      }, 300);
+          ?.messages.find((m) => m.attributes['message-id'] === event.messageId)?.deadline;
+      void (async () => {
+        let deadline = read();
+        for (
+          let i = 0;
+          i < 20 && (deadline === undefined || deadline - startedAt < LEASE_MS / 2 + 1_000);
+          i++
+        ) {
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          deadline = read() ?? deadline;
+        }
+        if (deadline !== undefined) margins.push({ id: event.messageId!, leftMs: deadline - startedAt });
+      })();
     });
     try {
       await consumer.start();
@@ -59,7 +70,10 @@ describe.skipIf(!hasPostgres)('leases of messages that waited for a slot', () =>
         timeoutMs: 60_000,
         description: 'every message processed',
       });
-      expect(margins).toHaveLength(MESSAGES);
+      await waitFor(() => margins.length === MESSAGES, {
+        timeoutMs: 10_000,
+        description: 'every margin read',
+      });
       const tight = margins.filter((m) => m.leftMs < LEASE_MS / 2 + 1_000);
       expect(tight).toEqual([]);
       expect(events.count('received')).toBe(MESSAGES);

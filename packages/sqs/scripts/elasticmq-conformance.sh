@@ -18,6 +18,8 @@ if [ ! -d "$work/lib" ] || [ -z "$(ls -A "$work/lib" 2>/dev/null)" ]; then
   mvn -q -B -f "$here/elasticmq/pom.xml" dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$work/lib"
 fi
+# The jars only (npm test fetches them before its main run, then starts this in the background).
+if [ -n "${ONCELY_ELASTICMQ_FETCH_ONLY:-}" ]; then exit 0; fi
 
 port="$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")"
 conf="$work/elasticmq-$port.conf"
@@ -38,8 +40,9 @@ cleanup() {
 trap cleanup EXIT
 
 endpoint="http://127.0.0.1:$port"
-for _ in $(seq 1 60); do
-  if curl -s -o /dev/null "$endpoint/?Action=ListQueues"; then break; fi
+# Up to 120 s: a JVM starting beside the main test run on a loaded 2-core machine.
+for _ in $(seq 1 240); do
+  if curl -s --max-time 5 -o /dev/null "$endpoint/?Action=ListQueues"; then break; fi
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "ElasticMQ exited; log:" >&2
     cat "$work/elasticmq-$port.log" >&2
@@ -47,7 +50,7 @@ for _ in $(seq 1 60); do
   fi
   sleep 0.5
 done
-curl -s -o /dev/null "$endpoint/?Action=ListQueues" || { echo "ElasticMQ did not answer on $endpoint" >&2; exit 1; }
+curl -s --max-time 5 -o /dev/null "$endpoint/?Action=ListQueues" || { echo "ElasticMQ did not answer on $endpoint" >&2; exit 1; }
 echo "ElasticMQ listening on $endpoint (pid $pid, log $work/elasticmq-$port.log)"
 
 cd "$root"

@@ -36,8 +36,8 @@ describe.skipIf(!endpoint)('SQS adapter on ElasticMQ', () => {
     ]);
     const queue = new SqsQueueClient(client, queueUrl);
     const first = await queue.receive({ max: 10, visibilitySeconds: 1, waitSeconds: 1 });
-    expect(first).toHaveLength(2);
-    const staleA = first.find((m) => m.Body === 'a')!.ReceiptHandle!;
+    const staleA = first.find((m) => m.Body === 'a')?.ReceiptHandle;
+    if (!staleA) throw new Error(`the first receive did not hold 'a': ${first.map((m) => m.Body)}`);
     // Let both lapse and receive them again: the first handles are now stale. One receive
     // may return only the message whose visibility lapsed first (a long poll answers as
     // soon as one is there): CI saw `b` missing from it. Receive until both are back.

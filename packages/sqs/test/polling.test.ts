@@ -63,12 +63,12 @@ describe.skipIf(!hasPostgres)('SQS polling pause after an empty receive (fauxqs 
     // Messages are still picked up.
     await send(faults.client, queue.url, [{ id: 'spin-1', body: '{}' }]);
     await spy.waitFor('processed', (e) => e.event.messageId === 'spin-1');
-  }, 20_000);
+  });
 
   it('pollingWaitTimeMs sets the pause', async () => {
     const { calls } = await receivesInWindow('spin-250', { pollingWaitTimeMs: 250 });
     // About 8 calls in 2 s; far from the hundreds of a spin.
     expect(calls).toBeGreaterThanOrEqual(2);
     expect(calls).toBeLessThanOrEqual(10);
-  }, 20_000);
+  });
 });

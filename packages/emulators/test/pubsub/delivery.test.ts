@@ -166,13 +166,17 @@ describe('streaming pull', () => {
 
 describe('unary pull (the synchronous-pull sample)', () => {
   it('pulls, lets the deadline lapse, gets a fresh ack ID; a stale ack is ignored without exactly-once', async () => {
-    const { topic, subscription } = await topicAndSubscription({ ackDeadlineSeconds: 1 });
+    // A 60 s deadline, lapsed through the emulator's test hook: with a real 1 s deadline the
+    // redelivery's own 1 s lease raced the stale ack and the inspection below on a loaded
+    // machine (natural expiry by the clock is covered by the leasing tests).
+    const { topic, subscription } = await topicAndSubscription({ ackDeadlineSeconds: 60 });
     const client = subscriberClientFor(emulator);
     await topic.publishMessage({ data: Buffer.from('x') });
     const [first] = await client.pull({ subscription: subscription.name, maxMessages: 10 });
     expect(first.receivedMessages).toHaveLength(1);
     const firstAck = first.receivedMessages![0]!.ackId!;
-    // The subscription's 1 s deadline lapses; the next pull gets the message again.
+    expect(emulator.expireLeases(subscription.name)).toBe(1);
+    // The deadline has lapsed; the next pull gets the message again.
     let second: typeof first | undefined;
     for (let i = 0; i < 50 && !second?.receivedMessages?.length; i++) {
       [second] = await client.pull({ subscription: subscription.name, maxMessages: 10 });

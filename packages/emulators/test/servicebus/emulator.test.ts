@@ -247,7 +247,9 @@ describe('settlement and locks', () => {
     const first = plainReceiver(queue);
     const [held] = await receiveAll(first, 1);
     expect(held!.deliveryCount).toBe(0);
-    const second = plainReceiver(queue);
+    // The second receiver renews its own lock: the two stale calls below must not race its
+    // 1 s lock on a loaded machine (they set up a management link first).
+    const second = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 60_000 });
     // The redelivery is what shows the lock expired (no sleep: the receive waits for it).
     const [again] = await receiveAll(second, 1, 5000);
     expect(again!.messageId).toBe('slow-1');
@@ -262,7 +264,9 @@ describe('settlement and locks', () => {
 
   it('renewMessageLock extends the lock, returning the new lockedUntilUtc', async () => {
     const queue = uniqueName('renew');
-    emulator.createQueue(queue, { LockDuration: 'PT1S' });
+    // 5 s: the renew (management link set-up first) and the complete after it must each land
+    // inside the lock on a loaded machine.
+    emulator.createQueue(queue, { LockDuration: 'PT5S' });
     await client.createSender(queue).sendMessages({ body: 'r' });
     const receiver = plainReceiver(queue);
     const [m] = await receiveAll(receiver, 1);
@@ -271,7 +275,7 @@ describe('settlement and locks', () => {
     const first = m!.lockedUntilUtc!.getTime();
     const before = Date.now();
     const until = await receiver.renewMessageLock(m!);
-    expect(until.getTime()).toBeGreaterThanOrEqual(before + 1000);
+    expect(until.getTime()).toBeGreaterThanOrEqual(before + 5000);
     // Later than the first lock (the SDK sets the message's lockedUntilUtc to the new one).
     expect(until.getTime()).toBeGreaterThan(first);
     await receiver.completeMessage(m!);
@@ -297,7 +301,8 @@ describe('settlement and locks', () => {
     const slow = plainReceiver(queue);
     const [m] = await receiveAll(slow, 1);
     const slowRun = handler('slow', 1500)(m!, slow);
-    const fast = plainReceiver(queue);
+    // The competitor renews its lock: its complete must not race its own 1 s lock.
+    const fast = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 60_000 });
     const [redelivered] = await receiveAll(fast, 1, 5000);
     await handler('fast', 0)(redelivered!, fast);
     await slowRun;
@@ -311,15 +316,16 @@ describe('settlement and locks', () => {
 
   it('lock expiry mid-handler with renewal: the SDK renewer keeps the lock, no redelivery', async () => {
     const queue = uniqueName('renewed');
-    emulator.createQueue(queue, { LockDuration: 'PT1S' });
+    // 3 s: the SDK renews at half the lock, so a stall under 1.5 s keeps it on a loaded machine.
+    emulator.createQueue(queue, { LockDuration: 'PT3S' });
     await client.createSender(queue).sendMessages({ body: 'job', messageId: 'job-2' });
     const renewing = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 10_000 });
     const competitor = plainReceiver(queue);
     const [m] = await receiveAll(renewing, 1);
     // 2.5 lock durations of work while a competitor keeps asking.
     const [stolen] = await Promise.all([
-      competitor.receiveMessages(1, { maxWaitTimeInMs: 2500 }),
-      work(2500),
+      competitor.receiveMessages(1, { maxWaitTimeInMs: 7500 }),
+      work(7500),
     ]);
     expect(stolen).toEqual([]);
     await renewing.completeMessage(m!);
@@ -350,7 +356,9 @@ describe('settlement and locks', () => {
     const queue = uniqueName('schedule');
     emulator.createQueue(queue);
     const sender = client.createSender(queue);
-    const at = new Date(Date.now() + 700);
+    // Far enough ahead that the schedules, the cancel and the peek (a management link first)
+    // finish before it on a loaded machine.
+    const at = new Date(Date.now() + 5000);
     const [keep] = await sender.scheduleMessages({ body: 'keep' }, at);
     const [drop] = await sender.scheduleMessages({ body: 'drop' }, at);
     expect(keep!.toNumber()).toBeLessThan(drop!.toNumber());
@@ -358,7 +366,7 @@ describe('settlement and locks', () => {
     const receiver = plainReceiver(queue);
     const peeked = await receiver.peekMessages(5);
     expect(peeked.map((m) => [m.body, m.state])).toEqual([['keep', 'scheduled']]);
-    const [m] = await receiveAll(receiver, 1, 5000);
+    const [m] = await receiveAll(receiver, 1, 20_000);
     expect(m!.body).toBe('keep');
     expect(Date.now()).toBeGreaterThanOrEqual(at.getTime());
     await receiver.completeMessage(m!);
@@ -390,7 +398,7 @@ describe('settlement and locks', () => {
     emulator.createQueue(queue, { DeadLetteringOnMessageExpiration: true });
     await client
       .createSender(queue)
-      .scheduleMessages({ body: 'late and stale', timeToLive: 300 }, new Date(Date.now() + 1500));
+      .scheduleMessages({ body: 'late and stale', timeToLive: 300 }, new Date(Date.now() + 5000));
     expect(emulator.inspect(queue).scheduled).toBe(1);
     await waitUntil(
       () => emulator.inspect(queue).deadLettered === 1,
@@ -466,7 +474,9 @@ describe('sessions', () => {
     expect(m!.deliveryCount).toBe(0);
     // The next accept of the session succeeds only once the first lock is gone.
     const second = await waitUntil(
-      () => client.acceptSession(queue, 's', { maxAutoLockRenewalDurationInMs: 0 }).catch(() => undefined),
+      // This one renews its session lock: the calls below must not race its 1 s lock.
+      () =>
+        client.acceptSession(queue, 's', { maxAutoLockRenewalDurationInMs: 60_000 }).catch(() => undefined),
       'the session to be free again',
     );
     expect(await codeOf(first.completeMessage(m!))).toBe('SessionLockLost');
@@ -594,7 +604,7 @@ describe('link flow control', () => {
     } finally {
       connection.close();
     }
-  }, 10_000);
+  });
 
   // Catches: a receiver stalling for good after 2048 messages. In peek-lock the client
   // settles (rcv-settle-mode second) on the emulator's settled disposition and sends

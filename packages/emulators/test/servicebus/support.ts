@@ -5,11 +5,14 @@ export function uniqueName(prefix: string): string {
   return `${prefix}-${randomBytes(4).toString('hex')}`;
 }
 
-/** Waits until `check` returns a truthy value, polling every 10 ms, or throws after `timeoutMs`. */
+/**
+ * Waits until `check` returns a truthy value, polling every 10 ms, or throws after `timeoutMs`
+ * (a bound for a hang, not a measure: a loaded runner stalls for seconds).
+ */
 export async function waitUntil<T>(
   check: () => T | undefined | false | Promise<T | undefined | false>,
   description: string,
-  timeoutMs = 10_000,
+  timeoutMs = 30_000,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
