@@ -153,7 +153,10 @@ describe.skipIf(!hasMySql)('hostile review on MySqlStore', () => {
   it.each(['transactional', 'leased'] as const)(
     '%s under load: 200 distinct keys at once on a pool of 4 all commit once, none hang or deadlock',
     async (mode) => {
-      const small = new MySqlStore({ url: mysqlUrl, schema, poolMax: 4 });
+      // A 45 s wait for a connection: leased mode takes about three checkouts a request, 600
+      // checkouts on 4 connections, which a loaded machine stretched towards the default 10 s
+      // (a waiter's clock runs on through a stall). A deadlock still fails on the test's bound.
+      const small = new MySqlStore({ url: mysqlUrl, schema, poolMax: 4, poolWaitTimeoutMs: 45_000 });
       const idempotency = new HttpIdempotency({ store: small, mode, scope: `load-${mode}`, logger: silent });
       const server = await startServer('node', idempotency, async ({ tx, body }) => {
         const insert = `INSERT INTO \`${schema}\`.orders (id) VALUES (?)`;

@@ -368,34 +368,58 @@ describe('a handler that never answers (transactional mode, PGlite)', () => {
   it('is settled as a 504 after handlerTimeoutMs, its writes rolled back, and the key free for a retry', async () => {
     const schema = uniqueSchema('http_timeout');
     const store = await openStore('pglite', schema);
-    const idempotency = new HttpIdempotency({ store, handlerTimeoutMs: 200, scope: 'tests' });
+    // 200 ms for the first run only: the retry is served by a second middleware on the same
+    // store and scope with the default bound, so a loaded machine's stall cannot turn the
+    // retry into a 504 too.
+    const impatient = new HttpIdempotency({ store, handlerTimeoutMs: 200, scope: 'tests' });
+    const patient = new HttpIdempotency({ store, scope: 'tests' });
     let runs = 0;
     let lateError: unknown;
-    const server = await startServer('express', idempotency, async ({ tx }) => {
-      runs++;
-      await tx!.query(`INSERT INTO "${schema}".orders (id) VALUES ('slow-${runs}')`);
-      if (runs === 1) {
-        await new Promise((resolve) => setTimeout(resolve, 600));
-        // Too late: the transaction is gone, and the statement must not run anywhere.
-        lateError = await tx!
-          .query(`INSERT INTO "${schema}".orders (id) VALUES ('late')`)
-          .catch((error) => error);
-      }
-      return { status: 201, body: { runs } };
+    let sawTimeout!: () => void;
+    const timedOut = new Promise<void>((resolve) => {
+      sawTimeout = resolve;
     });
+    const logic: AppLogic = async ({ tx }) => {
+      runs++;
+      if (runs === 1) {
+        // A stall past 200 ms may already have ended the transaction here: then this
+        // statement is the one that must not run.
+        const early = await tx!.query(`INSERT INTO "${schema}".orders (id) VALUES ('slow-1')`).then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+        // Held until the client has its 504 (10 s at most, so a timeout that never fires
+        // fails on the status below instead of hanging).
+        await Promise.race([timedOut, new Promise((resolve) => setTimeout(resolve, 10_000))]);
+        // Too late: the transaction is gone, and the statement must not run anywhere.
+        lateError =
+          early ??
+          (await tx!.query(`INSERT INTO "${schema}".orders (id) VALUES ('late')`).catch((error) => error));
+        return { status: 201, body: { runs } };
+      }
+      await tx!.query(`INSERT INTO "${schema}".orders (id) VALUES ('slow-${runs}')`);
+      return { status: 201, body: { runs } };
+    };
+    const server = await startServer('express', impatient, logic);
+    const retryServer = await startServer('express', patient, logic);
     try {
       const slow = await post(server.url, { id: 'slow' }, { 'idempotency-key': 'slow' });
       expect(slow.status).toBe(504);
-      const retry = await post(server.url, { id: 'slow' }, { 'idempotency-key': 'slow' });
+      sawTimeout();
+      const retry = await post(retryServer.url, { id: 'slow' }, { 'idempotency-key': 'slow' });
       expect(retry.status).toBe(201);
       expect(await retry.json()).toEqual({ runs: 2 });
       const { rows } = await store.transaction((tx) =>
         tx.query(`SELECT id FROM "${schema}".orders ORDER BY id`),
       );
       expect(rows).toEqual([{ id: 'slow-2' }]);
-      await expect.poll(() => lateError).toMatchObject({ code: 'HTTP_TRANSACTION_ENDED' });
+      await expect
+        .poll(() => lateError, { timeout: 15_000 })
+        .toMatchObject({ code: 'HTTP_TRANSACTION_ENDED' });
     } finally {
+      sawTimeout();
       await server.close();
+      await retryServer.close();
       await store.close();
     }
   });

@@ -94,11 +94,11 @@ describe.skipIf(!hasPostgres)(
         deadlineMarginMs: 1000,
         logger: silent,
         handler: async (message, ctx) => {
-          // 300 ms of work per record that stops as soon as ctx.signal says time is up.
+          // 600 ms of work per record that stops as soon as ctx.signal says time is up.
           ctx.signal.throwIfAborted();
           await ctx.tx.query(`INSERT INTO "${schema}".effects (message_id) VALUES ($1)`, [message.id]);
           await new Promise<void>((resolve, reject) => {
-            const timer = setTimeout(resolve, 300);
+            const timer = setTimeout(resolve, 600);
             ctx.signal.addEventListener(
               'abort',
               () => {
@@ -110,9 +110,10 @@ describe.skipIf(!hasPostgres)(
           });
         },
       });
-      // A 3 s function timeout: ctx.signal aborts 2 s into each invocation, and the batch of
-      // 10 needs 3 s of work, so the deadline cuts every full batch.
-      const mapping = new SqsEventSourceMapping(sqs.client, queue, fn, 10, 3000);
+      // A 6 s function timeout: ctx.signal aborts 5 s into each invocation, and the batch of
+      // 10 needs 6 s of work, so the deadline cuts every full batch. (With 3 s and 300 ms
+      // records a loaded machine's 2 s stall left an invocation no time to commit anything.)
+      const mapping = new SqsEventSourceMapping(sqs.client, queue, fn, 10, 6000);
       const committedAfter: number[] = [];
       // Ten invocations at most: each must commit something (before: 0 of 10 after 3).
       while (committedAfter.at(-1) !== 10 && mapping.invocations.length < 10) {

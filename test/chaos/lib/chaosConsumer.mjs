@@ -77,6 +77,21 @@ export async function startChaosConsumer(input) {
   let handlerRuns = 0;
   /** @type {'before-commit' | 'after-commit' | undefined} */
   let armed;
+  /**
+   * Ends the current crash point's freeze: the runner disarms when it gave up waiting for
+   * the crash point (a loaded machine), and its disarm may come just after the point was
+   * reached. Without it that process stayed frozen for good, holding its message, and no
+   * kill came for it.
+   * @type {(() => void) | undefined}
+   */
+  let thaw;
+  const crashPoint = () =>
+    Promise.race([
+      freeze(),
+      new Promise((resolve) => {
+        thaw = () => resolve(undefined);
+      }),
+    ]);
   /** IDs whose transaction just committed (set by 'processed', read by the ack that follows). */
   const justProcessed = new Set();
 
@@ -140,7 +155,7 @@ export async function startChaosConsumer(input) {
           if (committed && armed === 'after-commit') {
             armed = undefined;
             report({ type: 'crash-point', point: 'after-commit', messageId });
-            await freeze();
+            await crashPoint();
           }
           if (messageId !== undefined && random() < plan.faults.ackLoss) {
             // The core believes the ack went out; the broker never hears of it.
@@ -201,7 +216,7 @@ export async function startChaosConsumer(input) {
           // Inserted and charged, not committed: the process dies here.
           armed = undefined;
           report({ type: 'crash-point', point: 'before-commit', messageId: message.id });
-          await freeze();
+          await crashPoint();
         }
       },
     },
@@ -220,6 +235,8 @@ export async function startChaosConsumer(input) {
     },
     disarm() {
       armed = undefined;
+      thaw?.();
+      thaw = undefined;
     },
     async stop() {
       await consumer.stop();

@@ -235,6 +235,21 @@ export async function runOutboxChaos(options = {}) {
   }
 
   /**
+   * killOne, waiting (until `until`) for a process of `role` to be ready: the replacement of
+   * one just killed may still be starting (over 4 s for a relay on a loaded machine).
+   */
+  async function killOneWhenReady(role, why, until) {
+    for (;;) {
+      const replacement = killOne(role, why);
+      if (replacement || Date.now() >= until) return replacement;
+      await sleep(50);
+    }
+  }
+  // While the failing destination's stretch runs, its kills are the only relay kills, so
+  // the random kills do not leave it no ready relay to kill.
+  let outageRunning = false;
+
+  /**
    * @type {{ ms: number, relayKills: number, receiptsDuring: number, auditPendingAtEnd: number,
    *   auditFailedAtEnd: number, auditSentDuring: number, auditMaxAttempts?: number,
    *   operatorRetried?: number } | undefined}
@@ -252,6 +267,7 @@ export async function runOutboxChaos(options = {}) {
   async function runOutage() {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline && (await progress()) < failing.atFraction * orders * 2) await sleep(50);
+    outageRunning = true;
     await topology.deleteExchange(auditExchange);
     const startedAt = Date.now();
     note('audit exchange deleted');
@@ -264,7 +280,12 @@ export async function runOutboxChaos(options = {}) {
     const replacements = [];
     for (let k = 1; k <= failing.relayKills; k++) {
       await sleep(Math.max(0, startedAt + (k * failing.outageMs) / (failing.relayKills + 1) - Date.now()));
-      const replacement = killOne('relay', ' (audit exchange missing)');
+      // Inside the stretch: a kill waits for a ready relay until 200 ms before its end.
+      const replacement = await killOneWhenReady(
+        'relay',
+        ' (audit exchange missing)',
+        startedAt + failing.outageMs - 200,
+      );
       if (replacement) replacements.push(replacement);
     }
     const relayKills = replacements.length;
@@ -275,6 +296,7 @@ export async function runOutboxChaos(options = {}) {
     const auditSentDuring = (await auditRows('sent')) - auditSentBefore;
     await declareAuditExchange();
     const endedAt = Date.now();
+    outageRunning = false;
     note('audit exchange declared again');
     await Promise.all(replacements);
     outage = {
@@ -322,7 +344,8 @@ export async function runOutboxChaos(options = {}) {
         continue;
       }
       const candidates = [...live.entries()].filter(
-        ([, e]) => killRoles.includes(e.role) && e.ready && !e.killed,
+        ([, e]) =>
+          killRoles.includes(e.role) && e.ready && !e.killed && !(outageRunning && e.role === 'relay'),
       );
       if (candidates.length === 0) {
         await sleep(50);

@@ -12,6 +12,7 @@ process.on('disconnect', () => process.exit(2));
 // Never outlive the test.
 setTimeout(() => process.exit(3), plan.maxLifetimeMs ?? 120_000);
 
+let processed = 0;
 const store = new PostgresStore({ connectionString: plan.databaseUrl, schema: plan.schema });
 const consumer = createKafkaConsumer({
   name: plan.name,
@@ -33,12 +34,20 @@ const consumer = createKafkaConsumer({
   ...(plan.batch ? { batch: { size: plan.batch } } : {}),
   logger: silentLogger,
   handler: async (message, ctx) => {
+    // holdAfter: once that many records are processed (committed), every later handler waits
+    // for ever, so the member dies (SIGKILL) holding applied records whose offsets it has not
+    // committed, however late the kill comes. Counted from commits, not handler calls: with
+    // `batch`, a batch holding its 21st call would keep earlier records of it uncommitted.
+    if (plan.holdAfter !== undefined && processed >= plan.holdAfter) await new Promise(() => {});
     await ctx.tx.query(
       `INSERT INTO ${plan.table} (message_id, consumer, partition, record_offset) VALUES ($1, $2, $3, $4)`,
       [message.id, plan.label, message.raw.partition, message.raw.message.offset],
     );
     await new Promise((resolve) => setTimeout(resolve, plan.handlerDelayMs));
   },
+});
+consumer.on('processed', () => {
+  processed++;
 });
 for (const name of ['processed', 'duplicate']) {
   consumer.on(name, (event) => send({ type: name, id: event.messageId }));

@@ -129,6 +129,10 @@ export const competingConsumers: Scenario = {
         await run.insertEffect(ctx, message, label);
         if (message.id !== raceId || first !== undefined) return;
         first = label;
+        // The session holding this delivery's uncommitted marker: the race gate below counts
+        // the sessions waiting on its locks, not every lock wait on a shared server.
+        const [session] = (await ctx.tx.query<{ id: unknown }>(run.state.sql.backendId)).rows;
+        const holder = Number(session?.id);
         if (features.brokerDedup) {
           // The broker would drop a republished copy: hand the same message out again instead.
           if (!run.setup.forceRedelivery) {
@@ -147,7 +151,7 @@ export const competingConsumers: Scenario = {
         // holds its uncommitted marker (it waits on the row lock; a dedup gate outside
         // the transaction concludes instead). Neither within the deadline: the race
         // did not happen, and a pass would prove nothing.
-        await waitFor(async () => concluded(raceId) > 0 || (await lockWaiters(run)) > 0, {
+        await waitFor(async () => concluded(raceId) > 0 || (await lockWaitersOn(run, holder)) > 0, {
           timeoutMs: t(10_000),
           description: 'the second consumer to wait on the uncommitted marker or conclude (the forced race)',
         });
@@ -205,7 +209,7 @@ export const competingConsumers: Scenario = {
 };
 
 /** Sessions of this database waiting on a lock (the racing consumer's claim). */
-async function lockWaiters(run: ScenarioRun): Promise<number> {
-  const [row] = await run.sql<{ n: string }>(run.state.sql.lockWaiters);
+async function lockWaitersOn(run: ScenarioRun, holder: number): Promise<number> {
+  const [row] = await run.sql<{ n: string }>(run.state.sql.lockWaitersOn(holder));
   return Number(row?.n ?? 0);
 }
