@@ -191,13 +191,15 @@ describe('OpenTelemetry on the memory broker with PGlite', () => {
   });
 
   it('counts a lease lost, the ack that then fails, and the duplicate its redelivery becomes', async () => {
-    // The broker refuses every lease extension, so the 300 ms visibility timeout runs out
-    // while the handler works: the lease is lost, the broker redelivers, the commit still
-    // goes through, the ack is refused (stale receipt), and the redelivery meets the
+    // The broker refuses the first delivery's lease extensions, so its visibility timeout
+    // runs out while the handler works: the lease is lost, the broker redelivers, the commit
+    // still goes through, the ack is refused (stale receipt), and the redelivery meets the
     // marker. This is why a rise in duplicates points at handlers slower than their lease.
+    // The redelivery's lease is renewed as usual: with every extension refused and 300 ms
+    // leases, a loaded machine's stall lost the redelivery's lease too (2 lost, not 1).
     let spy!: ConsumerSpy;
     const { name, queue, broker, ...started } = await startConsumer({
-      visibilityTimeoutMs: 300,
+      visibilityTimeoutMs: 2000,
       concurrency: 2,
       handler: async (message, ctx) => {
         if (ctx.attempt === 1) {
@@ -209,7 +211,7 @@ describe('OpenTelemetry on the memory broker with PGlite', () => {
       },
     });
     spy = started.spy;
-    broker.faults = { failExtend: () => true };
+    broker.faults = { failExtend: (_id, target) => target.deliveryCount === 1 };
     await broker.send(queue, { id: 'slow', body: {} });
     await spy.waitFor('ackFailed');
     await spy.waitFor('duplicate');

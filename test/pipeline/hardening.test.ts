@@ -340,10 +340,10 @@ describe.skipIf(!hasPostgres)('leased mode', () => {
 
   it('defect 6: a failing claim renewal aborts ctx.signal before another owner can take over', async () => {
     const { proxy, store } = await storeBehindProxy();
-    // The keeper gives up a tenth of the lease before it lapses: 600 ms here. With 1500 ms
+    // The keeper gives up a tenth of the lease before it lapses: 2 s here. With 1500 ms
     // (a 150 ms margin) a renewal timer firing late on a machine at load ~70 let the abort
-    // land 7 ms after the stored expiry.
-    const leaseMs = 6000;
+    // land 7 ms after the stored expiry; 600 ms (a 6 s lease) is within a busy runner's stalls.
+    const leaseMs = 20_000;
     let reason: unknown;
     /** When the signal aborted (this host's clock, which the local PostgreSQL shares). */
     let abortedAt: number | undefined;

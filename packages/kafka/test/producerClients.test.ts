@@ -394,7 +394,7 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
     } finally {
       await producer.close();
     }
-  }, 30_000);
+  });
 
   it('the outbox producer splits a batch the broker refuses and fails only the record too large', async () => {
     const topic = uniqueName('outbox-split');

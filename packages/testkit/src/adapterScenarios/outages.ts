@@ -60,7 +60,9 @@ export const storeOutage: Scenario = {
   // that keeps fetching during the outage (receipts pile up, the broker's delivery
   // limit dead-letters healthy messages) and one that never resumes.
   missing: () => [],
-  setup: () => ({ leaseMs: 1_000, maxDeliveries: 2 }),
+  // Three deliveries: a redelivery whose 1 s lease lapsed once in a loaded machine's stall
+  // must not be dead-lettered for it (with two, the one after the outage was its last).
+  setup: () => ({ leaseMs: 1_000, maxDeliveries: 3 }),
   timeoutMs: 120_000,
   async body({ run, state, t }) {
     const { harness } = state;
@@ -69,7 +71,7 @@ export const storeOutage: Scenario = {
     if (!harness.databaseAddress)
       throw new HarnessIncompleteError('databaseAddress', 'the TCP proxy of scenario 14 forwards to it');
     const L = run.leaseMs;
-    const maxDeliveries = 2;
+    const maxDeliveries = 3;
     const concurrency = 2;
     const proxy = new TcpProxy(harness.databaseAddress);
     await proxy.start();
