@@ -33,16 +33,21 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 # The SQS suite's broker-facing files again, on ElasticMQ (a second SQS implementation,
 # from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not. It
-# starts with the main run, not after it: about four minutes that mostly wait on
+# starts with the main run, not after it: four to seven minutes that mostly wait on
 # visibility timeouts, off the end of the command (random schemas, queues on a server of
-# its own: nothing it shares with the main run's SQS files). Its jars are fetched first, in
+# its own: nothing it shares with the main run's SQS files; the conformance file there runs
+# its fauxqs suites a second time too). Its jars are fetched first, in
 # the foreground: two Maven processes (the kafka project's global setup fetches too) must
 # not fill ~/.m2 at once. One file at a time, so it adds one worker beside the main run's
 # three, not three. --no-cache: the side runs leave vitest's results cache (the durations
 # the sequencer is regenerated from) to the main run.
-ONCELY_ELASTICMQ_FETCH_ONLY=1 bash packages/sqs/scripts/elasticmq-conformance.sh
-setsid -w bash packages/sqs/scripts/elasticmq-conformance.sh --maxWorkers=1 --no-cache test/conformance.test.ts \
-  test/fifoOrdering.test.ts test/fifoFollowers.test.ts test/elasticmq.test.ts >"$logs/elasticmq.log" 2>&1 &
+# A failed fetch fails the command at the end, like any other run, after the rest has run.
+if ONCELY_ELASTICMQ_FETCH_ONLY=1 bash packages/sqs/scripts/elasticmq-conformance.sh >"$logs/elasticmq.log" 2>&1; then
+  setsid -w bash packages/sqs/scripts/elasticmq-conformance.sh --maxWorkers=1 --no-cache test/conformance.test.ts \
+    test/fifoOrdering.test.ts test/fifoFollowers.test.ts test/elasticmq.test.ts >>"$logs/elasticmq.log" 2>&1 &
+else
+  (echo "fetching ElasticMQ's jars failed: the ElasticMQ run did not start"; exit 1) >>"$logs/elasticmq.log" 2>&1 &
+fi
 elasticmq=$!
 npx vitest run || status=1
 # Node 20 is past its end of life: the unit, store and memory-broker suites run again on

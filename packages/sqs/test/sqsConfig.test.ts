@@ -18,7 +18,14 @@ function fieldOf(fn: () => unknown): string | undefined {
 describe('parseSqsConfig', () => {
   it('fills in defaults and takes the region from the queue URL', () => {
     const settings = parseSqsConfig({ type: 'sqs', queueUrl });
-    expect(settings).toMatchObject({ queueUrl, waitTimeSeconds: 20, region: 'eu-west-1' });
+    // authErrorBackoffMs: 10 s after a receive refused for credentials (receiveOptions.test
+    // shows the wait itself, with a longer setting).
+    expect(settings).toMatchObject({
+      queueUrl,
+      waitTimeSeconds: 20,
+      region: 'eu-west-1',
+      authErrorBackoffMs: 10_000,
+    });
     // Decided at start from the queue's type (10 standard, 1 FIFO).
     expect(settings.maxMessages).toBeUndefined();
     expect(settings.visibilityTimeoutMs).toBeUndefined();

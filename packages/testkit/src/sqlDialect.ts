@@ -42,14 +42,21 @@ export interface SqlDialect {
   readonly shortLockTimeout: string;
   /** Whether `error` is a unique-key violation. */
   isUniqueViolation(error: unknown): boolean;
+  /**
+   * `SELECT ... AS n`: how many other sessions of this database wait on a lock. Scenario 9's
+   * fallback where the dialect cannot name the holder ({@link lockWaitersOn}): it counts
+   * other tests' lock waits too, so on a shared server the race may pass unforced.
+   */
+  readonly lockWaiters: string;
   /** `SELECT ... AS id`: the server's ID of this session (run inside a transaction to name its holder). */
-  readonly backendId: string;
+  readonly backendId?: string;
   /**
    * `SELECT ... AS n`: how many sessions wait on a lock that session `holder` holds. Only
    * that session's waiters: a count of every lock wait on the server counted other test
-   * files' waits too (three files run at once) and let a forced race pass unforced.
+   * files' waits too (three files run at once) and let a forced race pass unforced. When
+   * the query fails (a server without the view it reads), scenario 9 uses {@link lockWaiters}.
    */
-  lockWaitersOn(holder: number): string;
+  lockWaitersOn?(holder: number): string;
   /**
    * Runs DDL outside the store's transactions, where the database commits DDL on its own
    * (MySQL): the store refuses a transaction that ended inside its work. Without it DDL
@@ -87,6 +94,8 @@ export const POSTGRES_DIALECT: SqlDialect = {
   failingStatement: 'SELECT 1 / 0',
   shortLockTimeout: `SET LOCAL lock_timeout = '100ms'`,
   isUniqueViolation: (error) => (error as { code?: unknown } | null)?.code === '23505',
+  lockWaiters: `SELECT count(*) AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
   backendId: 'SELECT pg_backend_pid() AS id',
   lockWaitersOn: (holder) =>
     `SELECT count(*) AS n FROM pg_stat_activity WHERE ${Math.trunc(holder)} = ANY(pg_blocking_pids(pid))`,
@@ -129,7 +138,11 @@ export function mysqlDialect(ddl: (sql: string) => Promise<void>): SqlDialect {
     // Whole seconds only in MySQL, and session-wide on that pooled connection.
     shortLockTimeout: 'SET SESSION innodb_lock_wait_timeout = 1',
     isUniqueViolation: (error) => (error as { errno?: unknown } | null)?.errno === 1062,
+    lockWaiters: `SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX
+      WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id <> CONNECTION_ID()`,
     backendId: 'SELECT CONNECTION_ID() AS id',
+    // MariaDB's view (MySQL 8 moved it to performance_schema.data_lock_waits: the query
+    // fails there and scenario 9 falls back to lockWaiters).
     lockWaitersOn: (holder) => `SELECT COUNT(*) AS n FROM information_schema.INNODB_LOCK_WAITS w
       JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id
       WHERE b.trx_mysql_thread_id = ${Math.trunc(holder)}`,

@@ -318,7 +318,12 @@ export async function runOutboxChaos(options = {}) {
     }
     for (const role of ROLES) for (let i = 0; i < perRole; i++) await spawnChild(role);
     note('processes ready');
-    const outageDone = failing ? runOutage() : Promise.resolve();
+    // The flag is reset on every path: a failed stretch must not keep relays from the kills.
+    const outageDone = failing
+      ? runOutage().finally(() => {
+          outageRunning = false;
+        })
+      : Promise.resolve();
 
     // The orders: published with confirms while the chain runs, each with its ID as
     // properties.messageId (consumer A's default ID strategy).

@@ -131,8 +131,11 @@ export const competingConsumers: Scenario = {
         first = label;
         // The session holding this delivery's uncommitted marker: the race gate below counts
         // the sessions waiting on its locks, not every lock wait on a shared server.
-        const [session] = (await ctx.tx.query<{ id: unknown }>(run.state.sql.backendId)).rows;
-        const holder = Number(session?.id);
+        const { backendId } = run.state.sql;
+        const holder =
+          backendId === undefined
+            ? undefined
+            : Number((await ctx.tx.query<{ id: unknown }>(backendId)).rows[0]?.id);
         if (features.brokerDedup) {
           // The broker would drop a republished copy: hand the same message out again instead.
           if (!run.setup.forceRedelivery) {
@@ -209,7 +212,17 @@ export const competingConsumers: Scenario = {
 };
 
 /** Sessions of this database waiting on a lock (the racing consumer's claim). */
-async function lockWaitersOn(run: ScenarioRun, holder: number): Promise<number> {
-  const [row] = await run.sql<{ n: string }>(run.state.sql.lockWaitersOn(holder));
+/** The sessions waiting on the holder's locks, or (a dialect that cannot tell) on any lock. */
+async function lockWaitersOn(run: ScenarioRun, holder: number | undefined): Promise<number> {
+  const { sql } = run.state;
+  if (holder !== undefined && Number.isInteger(holder) && sql.lockWaitersOn) {
+    try {
+      const [row] = await run.sql<{ n: string }>(sql.lockWaitersOn(holder));
+      return Number(row?.n ?? 0);
+    } catch {
+      // A server without the view the query reads: the server-wide count below.
+    }
+  }
+  const [row] = await run.sql<{ n: string }>(sql.lockWaiters);
   return Number(row?.n ?? 0);
 }
