@@ -34,7 +34,11 @@ describe.skipIf(!brokers)('kafka: trace context in record headers', () => {
     // What the Node SDK registers: a context manager and the W3C propagator.
     context.setGlobalContextManager(contextManager.enable());
     propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    producer = kafkaClient(brokers!, 'oncely-tracing-test').producer({ allowAutoTopicCreation: false });
+    producer = kafkaClient(brokers!, 'oncely-tracing-test').producer({
+      allowAutoTopicCreation: false,
+      idempotent: true,
+      maxInFlightRequests: 1,
+    });
     await producer.connect();
     db = await createTestStore();
   });
