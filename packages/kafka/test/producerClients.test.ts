@@ -310,8 +310,11 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
         KafkaSendError,
       );
       const topic = uniqueName('send-limit');
+      // waitForLeaders false: kafkajs' own wait fails on the UNKNOWN_TOPIC_OR_PARTITION a
+      // broker answers for a topic created a moment ago (CI saw it); createTopic waits.
       await admin.createTopics({
         topics: [{ topic, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2000' }] }],
+        waitForLeaders: false,
       });
       await createTopic(admin, topic, 1);
       const error = await send(
@@ -339,6 +342,7 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
       topics: [
         { topic: tight, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '3000' }] },
       ],
+      waitForLeaders: false,
     });
     await createTopic(admin, tight, 1);
     const producer = createKafkaProducer({ broker: { brokers: brokers!, client } });
@@ -400,6 +404,7 @@ describe.skipIf(!brokers)(`kafka producer on ${client}`, () => {
     const topic = uniqueName('outbox-split');
     await admin.createTopics({
       topics: [{ topic, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '3000' }] }],
+      waitForLeaders: false,
     });
     await createTopic(admin, topic, 1);
     // A limit above the topic's: the broker, not the packing, refuses the batch.
