@@ -11,13 +11,15 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export RABBITMQ_URL="${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672}"
 npm run build --silent
 npx biome check .
-# Types of the tests too: vitest strips types without checking them.
-npx turbo run typecheck --output-logs=errors-only
-if [ "$#" -ne 0 ]; then exec npx vitest run "$@"; fi
+if [ "$#" -ne 0 ]; then
+  # Types of the tests too: vitest strips types without checking them.
+  npx turbo run typecheck --output-logs=errors-only
+  exec npx vitest run "$@"
+fi
 # A full run: the main vitest run, then the runs that change or restart something
-# server-wide one at a time; three runs that touch nothing shared (two on Node 22, ElasticMQ
-# on a port of its own) run beside them in the background, their output printed when they
-# end. Every run goes to the end, so one failure does not hide another; the status is the
+# server-wide one at a time; the type check and three runs that touch nothing shared (two on
+# Node 22, ElasticMQ on a port of its own) run beside them in the background, their output
+# printed when they end. Every run goes to the end, so one failure does not hide another; the status is the
 # worst. Background runs still going when this script exits early are stopped with it.
 logs="$(mktemp -d)"
 status=0
@@ -35,15 +37,19 @@ trap 'exit 143' TERM
 # from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not. It
 # starts with the main run, not after it: four to seven minutes that mostly wait on
 # visibility timeouts, off the end of the command (random schemas, queues on a server of
-# its own: nothing it shares with the main run's SQS files; the conformance file there runs
-# its fauxqs suites a second time too). Its jars are fetched first, in
+# its own: nothing it shares with the main run's SQS files; SQS_ELASTICMQ_ONLY leaves out
+# the fauxqs suites of its files, which the main run has). Its jars are fetched first, in
 # the foreground: two Maven processes (the kafka project's global setup fetches too) must
 # not fill ~/.m2 at once. One file at a time, so it adds one worker beside the main run's
 # three, not three. --no-cache: the side runs leave vitest's results cache (the durations
 # the sequencer is regenerated from) to the main run.
 # A failed fetch fails the command at the end, like any other run, after the rest has run.
+# Types of the tests too (vitest strips types without checking them), beside the main run:
+# a minute of tsc, one package at a time, off the command's critical path.
+setsid -w npx turbo run typecheck --output-logs=errors-only --concurrency=1 >"$logs/typecheck.log" 2>&1 &
+typecheck=$!
 if ONCELY_ELASTICMQ_FETCH_ONLY=1 bash packages/sqs/scripts/elasticmq-conformance.sh >"$logs/elasticmq.log" 2>&1; then
-  setsid -w bash packages/sqs/scripts/elasticmq-conformance.sh --maxWorkers=1 --no-cache test/conformance.test.ts \
+  SQS_ELASTICMQ_ONLY=1 setsid -w bash packages/sqs/scripts/elasticmq-conformance.sh --maxWorkers=1 --no-cache test/conformance.test.ts \
     test/fifoOrdering.test.ts test/fifoFollowers.test.ts test/elasticmq.test.ts >>"$logs/elasticmq.log" 2>&1 &
 else
   (echo "fetching ElasticMQ's jars failed: the ElasticMQ run did not start"; exit 1) >>"$logs/elasticmq.log" 2>&1 &
@@ -71,7 +77,7 @@ kafkaPlatformatic=$!
 bash test/chaos/pgRestart.sh || status=1
 # RabbitMQ's server-wide consumer_timeout, lowered and restored by the test itself.
 npx vitest run --config packages/rabbitmq/vitest.slow.config.ts || status=1
-for job in node22 kafkaPlatformatic elasticmq; do
+for job in typecheck node22 kafkaPlatformatic elasticmq; do
   if wait "${!job}"; then result=passed; else result=FAILED; status=1; fi
   echo "---- ${job} (${result}) ----"
   cat "$logs/${job}.log"

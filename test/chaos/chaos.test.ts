@@ -33,8 +33,10 @@ describe.skipIf(!hasPostgres)('chaos: every order applied exactly once under kil
       // The slowest run here (every ack a round trip, a third of them failing): its drain
       // deadline is a bound for a stuck run, not a speed target. On a machine under load
       // (scripts/ci-under-load.sh plus a second suite) the default 192 s ended a run that
-      // was still draining (3 left, nothing lost for good).
-      () => chaos('pubsub', { timeoutMs: 360_000 }),
+      // was still draining (3 left, nothing lost for good). 400 orders: the fault windows
+      // come every 2 s whatever the size (the broker's 1,000-order run is the one above; a
+      // thousand here took 68 s of a 2-core machine alone, three times that in CI).
+      () => chaos('pubsub', { messages: 400, timeoutMs: 360_000 }),
     );
     expectExactlyOnce(result, { brokerRestart: true, brokerDrop: true });
     const failed = Number(/^(\d+) /.exec(result.notes.ackFaults ?? '')?.[1] ?? 0);

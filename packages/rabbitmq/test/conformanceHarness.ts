@@ -23,9 +23,9 @@ import {
 } from './helpers.js';
 
 // The harness of the shared adapter conformance suite (shared/CONFORMANCE.md) against the
-// real RabbitMQ 3.10: a classic queue and a quorum queue on PostgreSQL, and a classic queue
-// on MariaDB. One test file each (conformance*.test.ts), so that vitest spreads the three
-// runs over its workers (one file of all three was the suite's longest, 373 s).
+// real RabbitMQ 3.10: a classic queue on PostgreSQL and a quorum queue on MariaDB. One test
+// file each (conformance*.test.ts), so that vitest spreads the runs over its workers (one
+// file of three runs was the suite's longest, 373 s).
 //
 // RabbitMQ has no lease that lapses: a delivery is held for as long as its channel lives.
 // So `leaseExtension` is false and "the lease is lost" (scenarios 3 and 8) is forced by
