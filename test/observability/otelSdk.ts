@@ -54,31 +54,7 @@ export function startTestSdk() {
       return spans.getFinishedSpans();
     },
     /** Current value of every counter and the count of every histogram, by metric name and attributes. */
-    async metricPoints(): Promise<MetricPoint[]> {
-      metricExporter.reset();
-      await reader.forceFlush();
-      const points: MetricPoint[] = [];
-      for (const resource of metricExporter.getMetrics()) {
-        for (const scope of resource.scopeMetrics) {
-          for (const metric of scope.metrics) {
-            for (const point of metric.dataPoints) {
-              const value =
-                metric.dataPointType === DataPointType.HISTOGRAM
-                  ? (point.value as { count: number }).count
-                  : (point.value as number);
-              points.push({
-                name: metric.descriptor.name,
-                unit: metric.descriptor.unit,
-                scope: scope.scope.name,
-                attributes: point.attributes as Record<string, unknown>,
-                value,
-              });
-            }
-          }
-        }
-      }
-      return points;
-    },
+    metricPoints: () => collectPoints(metricExporter, reader),
     async shutdown(): Promise<void> {
       await tracerProvider.shutdown();
       await meterProvider.shutdown();
@@ -90,12 +66,61 @@ export function startTestSdk() {
   };
 }
 
+/**
+ * A meter provider alone, exporting with DELTA temporality: each collection reports only
+ * what was observed in it, so an observable instrument whose callback observed nothing
+ * shows no point (with CUMULATIVE temporality the SDK repeats a series' last value).
+ */
+export function startDeltaMeter() {
+  const metricExporter = new InMemoryMetricExporter(AggregationTemporality.DELTA);
+  const reader = new PeriodicExportingMetricReader({
+    exporter: metricExporter,
+    exportIntervalMillis: 3_600_000,
+  });
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  return {
+    meterProvider,
+    /** What this collection observed, by metric name and attributes. */
+    metricPoints: () => collectPoints(metricExporter, reader),
+    shutdown: () => meterProvider.shutdown(),
+  };
+}
+
+async function collectPoints(
+  metricExporter: InMemoryMetricExporter,
+  reader: PeriodicExportingMetricReader,
+): Promise<MetricPoint[]> {
+  metricExporter.reset();
+  await reader.forceFlush();
+  const points: MetricPoint[] = [];
+  for (const resource of metricExporter.getMetrics()) {
+    for (const scope of resource.scopeMetrics) {
+      for (const metric of scope.metrics) {
+        for (const point of metric.dataPoints) {
+          const value =
+            metric.dataPointType === DataPointType.HISTOGRAM
+              ? (point.value as { count: number }).count
+              : (point.value as number);
+          points.push({
+            name: metric.descriptor.name,
+            unit: metric.descriptor.unit,
+            scope: scope.scope.name,
+            attributes: point.attributes as Record<string, unknown>,
+            value,
+          });
+        }
+      }
+    }
+  }
+  return points;
+}
+
 export interface MetricPoint {
   name: string;
   unit: string;
   scope: string;
   attributes: Record<string, unknown>;
-  /** A counter's sum, or a histogram's count. */
+  /** A counter's sum, a gauge's value, or a histogram's count. */
   value: number;
 }
 

@@ -81,7 +81,12 @@ export {
 export type { StoreConfig, StoreModule } from './storeConfig.js';
 export { isStoreConfig, openStore, STORE_PACKAGES, StoreNotInstalledError } from './storeConfig.js';
 export type { TelemetryConfig } from './telemetry.js';
-export { extractTraceContext, INSTRUMENTATION_SCOPE, traceHeaders } from './telemetry.js';
+export {
+  DEAD_LETTER_BACKLOG_TIMEOUT_MS,
+  extractTraceContext,
+  INSTRUMENTATION_SCOPE,
+  traceHeaders,
+} from './telemetry.js';
 export type {
   AdapterLease,
   AdapterModule,
@@ -98,6 +103,7 @@ export type {
   ConsumerConfig,
   ConsumerEvent,
   ConsumerEventName,
+  DeadLetterBacklog,
   DeadLetterCopy,
   DeadLetterLog,
   DeadLetterReason,

@@ -1,5 +1,6 @@
 import {
   type Attributes,
+  type BatchObservableCallback,
   type Context,
   type Counter,
   context,
@@ -7,6 +8,7 @@ import {
   createNoopMeter,
   type Histogram,
   type Link,
+  type Meter,
   type MeterProvider,
   metrics,
   ProxyTracerProvider,
@@ -20,7 +22,14 @@ import {
   type TracerProvider,
   trace,
 } from '@opentelemetry/api';
-import type { ConsumerEvent, ConsumerEventName, Delivery, Envelope } from './types.js';
+import type {
+  ConsumerEvent,
+  ConsumerEventName,
+  DeadLetterBacklog,
+  Delivery,
+  Envelope,
+  Logger,
+} from './types.js';
 
 /**
  * The instrumentation scope name of Oncely's tracer and meter: filter or route Oncely's
@@ -132,6 +141,14 @@ const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
 const NOOP_METER = createNoopMeter();
 const NOOP_COUNTER = NOOP_METER.createCounter('oncely.probe');
 const NOOP_HISTOGRAM = NOOP_METER.createHistogram('oncely.probe');
+const NOOP_OBSERVABLE_GAUGE = NOOP_METER.createObservableGauge('oncely.probe');
+
+/**
+ * How long one metric collection waits for the broker's dead-letter count
+ * (`deadLetterBacklog`) before it observes nothing for that consumer: a broker that does
+ * not answer must not hold up the collection of every other instrument.
+ */
+export const DEAD_LETTER_BACKLOG_TIMEOUT_MS = 5_000;
 /** A context that only a real context manager makes active (the no-op one keeps the root). */
 const PROBE_CONTEXT = ROOT_CONTEXT.setValue(createContextKey('oncely.probe'), true);
 const isProbeActive = (): boolean => context.active() === PROBE_CONTEXT;
@@ -219,8 +236,75 @@ export class Telemetry {
     }
   }
 
+  private meter(): Meter {
+    return (this.config.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_SCOPE);
+  }
+
+  /**
+   * Registers this consumer's dead-letter gauges, `oncely.dead_letters.depth` and
+   * `oncely.dead_letters.oldest_age` (ms), fed by one `read` per metric collection, and
+   * returns what unregisters them (`stop()` calls it first). Nothing is registered when the
+   * meter is a no-op, as for the counters (the meter provider is looked up now, at start).
+   *
+   * Each collection waits at most `timeoutMs` for `read`; a read that fails, times out or
+   * answers nothing observes nothing (never a made-up 0), and a read still running from an
+   * earlier collection is not doubled: that collection observes nothing either, so a broker
+   * that hangs holds at most one call.
+   */
+  observeDeadLetterBacklog(
+    read: (signal: AbortSignal) => Promise<DeadLetterBacklog | undefined>,
+    log: Logger,
+    timeoutMs = DEAD_LETTER_BACKLOG_TIMEOUT_MS,
+  ): () => void {
+    const meter = this.meter();
+    const depth = meter.createObservableGauge('oncely.dead_letters.depth', {
+      description: "Messages in the consumer's dead-letter queue, as the broker counts them",
+      unit: '{message}',
+    });
+    const oldestAge = meter.createObservableGauge('oncely.dead_letters.oldest_age', {
+      description: "Time since the oldest message in the consumer's dead-letter queue was dead-lettered",
+      unit: 'ms',
+    });
+    if (depth === NOOP_OBSERVABLE_GAUGE) return () => {};
+    const attributes = { ...this.baseAttributes };
+    let active = true;
+    let reading: Promise<unknown> | undefined;
+    const callback: BatchObservableCallback = async (result) => {
+      if (!active || reading) return;
+      const controller = new AbortController();
+      // A read that throws before its promise is made is a failed read too.
+      const attempt = new Promise<DeadLetterBacklog | undefined>((resolve) =>
+        resolve(read(controller.signal)),
+      );
+      reading = attempt.then(
+        () => {},
+        () => {},
+      );
+      void reading.finally(() => {
+        reading = undefined;
+      });
+      const backlog = await settleWithin(attempt, timeoutMs, controller).catch((error: unknown) => {
+        log.debug('dead-letter gauges: the broker did not report its dead-letter queue', { error });
+        return undefined;
+      });
+      // Stopped meanwhile: the adapter may be closing, its answer is not worth reporting.
+      if (!active || !backlog || !validCount(backlog.depth)) return;
+      result.observe(depth, backlog.depth, attributes);
+      if (typeof backlog.oldestAgeMs === 'number' && Number.isFinite(backlog.oldestAgeMs)) {
+        // A clock a little behind the broker's gives a small negative age: a fresh one.
+        result.observe(oldestAge, Math.max(0, backlog.oldestAgeMs), attributes);
+      }
+    };
+    meter.addBatchObservableCallback(callback, [depth, oldestAge]);
+    return () => {
+      if (!active) return;
+      active = false;
+      meter.removeBatchObservableCallback(callback, [depth, oldestAge]);
+    };
+  }
+
   private createInstruments() {
-    const meter = (this.config.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_SCOPE);
+    const meter = this.meter();
     const counters = new Map<ConsumerEventName, Counter>();
     for (const [event, [name, description]] of Object.entries(COUNTERS) as [
       ConsumerEventName,
@@ -349,6 +433,26 @@ export class Telemetry {
     }
     return attributes;
   }
+}
+
+/**
+ * `work`'s result, or a rejection after `timeoutMs` (and `controller` aborted, so the
+ * adapter can end its broker call).
+ */
+function settleWithin<T>(work: Promise<T>, timeoutMs: number, controller: AbortController): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const error = new Error(`no answer within ${timeoutMs} ms`);
+      controller.abort(error);
+      reject(error);
+    }, timeoutMs);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}
+
+function validCount(value: unknown): value is number {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0;
 }
 
 function errorType(error: unknown): string {

@@ -5,6 +5,7 @@ import {
   type BrokerConfig,
   BrokerMisconfiguredError,
   ConsumerStateError,
+  type DeadLetterBacklog,
   type DeadLetterReason,
   type Delivery,
   type IdStrategy,
@@ -83,6 +84,18 @@ export class MemoryAdapter implements BrokerAdapter {
 
   async close(): Promise<void> {
     // The MemoryBroker belongs to the application, which may share it: never close it here.
+  }
+
+  /**
+   * The queue's dead-letter list (what `DeadLetters` works on): exact depth, and the age of
+   * its oldest entry since it was dead-lettered. Copies a queue's `deadLetterQueue` holds
+   * are that queue's messages, counted by its own consumer's list, not here.
+   */
+  async deadLetterBacklog(): Promise<DeadLetterBacklog> {
+    const { broker, queue } = this.config;
+    const depth = broker.stats(queue).deadLettered;
+    const oldest = broker.oldestDeadLetterAt(queue);
+    return { depth, oldestAgeMs: oldest === undefined ? 0 : Date.now() - oldest };
   }
 
   private abortAll(): void {

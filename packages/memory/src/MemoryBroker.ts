@@ -389,6 +389,24 @@ export class MemoryBroker {
   }
 
   /**
+   * When the oldest entry on `queue`'s dead-letter list was dead-lettered (epoch ms), or
+   * undefined when the list is empty. Cheap (no copies), for gauges.
+   *
+   * @example
+   * ```ts
+   * const at = broker.oldestDeadLetterAt('orders');
+   * if (at !== undefined) console.log('oldest dead letter', Date.now() - at, 'ms old');
+   * ```
+   */
+  oldestDeadLetterAt(queueName: string): number | undefined {
+    let oldest: number | undefined;
+    // Appended in time order; the minimum still holds after the wall clock stepped back.
+    for (const entry of this.queue(queueName).deadLetters)
+      if (oldest === undefined || entry.at < oldest) oldest = entry.at;
+    return oldest;
+  }
+
+  /**
    * Takes one entry off `queue`'s dead-letter list (by the broker ID it had), as an operator
    * does after replaying or discarding it. Returns false when the list has no such entry.
    *

@@ -3,12 +3,14 @@ import {
   type AdapterRuntime,
   type BrokerAdapter,
   BrokerMisconfiguredError,
+  type DeadLetterBacklog,
   type DeadLetterReason,
   type IdStrategy,
   type Logger,
   redactSecrets,
 } from '@oncely/core';
 import {
+  type Channel,
   type ChannelModel,
   type ConfirmChannel,
   type ConsumeMessage,
@@ -98,6 +100,8 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
   private recoveryAttempt = 0;
   private readonly requeueTimers = new Set<NodeJS.Timeout>();
   private serverVersionText: string | undefined;
+  /** The channel the dead-letter gauges' passive declares use, while it is open. */
+  private backlogChannel: Promise<Channel> | undefined;
   /** Index of the `url` the next connect tries first. */
   private nextUrl = 0;
 
@@ -174,6 +178,8 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     this.requeueTimers.clear();
     const connection = this.connection;
     this.connection = undefined;
+    // Closed with the connection below.
+    this.backlogChannel = undefined;
     const current = this.current;
     this.current = undefined;
     current?.markClosed();
@@ -186,6 +192,38 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
     if (this.publisher) await closeQuietly(this.publisher.channel);
     // Closing the connection closes what is left; the broker requeues whatever is unacked.
     if (connection) await closeQuietly(connection);
+  }
+
+  /**
+   * The dead-letter queue's ready messages, from a passive declare (`queue.declare-ok`'s
+   * message count) on a channel of the consumer's connection, kept between collections.
+   * Messages an `oncely dlq` pass holds unacked are not in that count. No oldest age: AMQP
+   * reports none, and a `basic.get` to look would redeliver the message it took.
+   * Rejects while the connection is down (the gauges skip that collection).
+   */
+  async deadLetterBacklog(): Promise<DeadLetterBacklog> {
+    const connection = this.connection;
+    if (!connection || this.closed) throw new Error('not connected to RabbitMQ');
+    this.backlogChannel ??= this.openBacklogChannel(connection);
+    const channel = await this.backlogChannel;
+    const { messageCount } = await channel.checkQueue(this.options.deadLetterQueue);
+    return { depth: messageCount };
+  }
+
+  private openBacklogChannel(connection: ChannelModel): Promise<Channel> {
+    const forget = () => {
+      if (this.backlogChannel === opening) this.backlogChannel = undefined;
+    };
+    const opening = connection.createChannel().then((channel) => {
+      // A refused passive declare (the queue was deleted) closes the channel, with an
+      // 'error' event besides the rejection; so does a lost connection. The next
+      // collection opens a new one.
+      channel.on('error', () => {});
+      channel.on('close', forget);
+      return channel;
+    });
+    opening.catch(forget);
+    return opening;
   }
 
   // ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import {
   type BrokerAdapter,
   BrokerMisconfiguredError,
   ConfigError,
+  type DeadLetterBacklog,
   type DeadLetterReason,
   type IdStrategy,
   isOncelyError,
@@ -273,6 +274,21 @@ export class SqsAdapter implements BrokerAdapter {
   async close(): Promise<void> {
     await this.queue.drain();
     if (this.ownsClient) this.client.destroy();
+  }
+
+  /**
+   * The dead-letter queue's depth (the route chosen at start: `deadLetterQueueUrl` or the
+   * RedrivePolicy target) from one GetQueueAttributes on the adapter's client: visible,
+   * in flight and delayed messages all count, since a dead letter an `oncely dlq` pass is
+   * reading (in flight) or that a DelaySeconds default holds back is still there. SQS's
+   * counts are approximate. No oldest age: SQS reports `ApproximateAgeOfOldestMessage`
+   * only as a CloudWatch metric, and a receive to find it would change what it measures.
+   * Undefined when the dead letters have no queue URL (`native-redrive`, `none`).
+   */
+  async deadLetterBacklog(signal: AbortSignal): Promise<DeadLetterBacklog | undefined> {
+    const route = this.route;
+    if (route.kind !== 'queue') return undefined;
+    return { depth: await this.queue.messageCount(route.url, signal) };
   }
 
   // ------------------------------------------------------------------------------------

@@ -66,6 +66,13 @@ interface PendingRenewal extends PendingDelete {
   signal?: AbortSignal;
 }
 
+/** What {@link SqsQueueClient.messageCount} adds up. */
+const MESSAGE_COUNT_ATTRIBUTES = [
+  'ApproximateNumberOfMessages',
+  'ApproximateNumberOfMessagesNotVisible',
+  'ApproximateNumberOfMessagesDelayed',
+] as const;
+
 /**
  * One queue's calls, with settlement errors mapped for the core: stale receipt handles
  * become `LeaseLostError`, everything else `SqsOperationError`. Deletes are batched: acks
@@ -106,6 +113,25 @@ export class SqsQueueClient {
       throw error;
     }
     return parseQueueFacts(attributes);
+  }
+
+  /**
+   * Messages stored in a queue: visible, in flight (received and not deleted) and delayed,
+   * one GetQueueAttributes call. SQS's own counts are approximate (eventually consistent,
+   * about a minute behind at worst).
+   */
+  async messageCount(queueUrl: string, signal?: AbortSignal): Promise<number> {
+    const out = await this.client.send(
+      new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: [...MESSAGE_COUNT_ATTRIBUTES] }),
+      { abortSignal: signal },
+    );
+    let total = 0;
+    for (const name of MESSAGE_COUNT_ATTRIBUTES) {
+      const value = Number(out.Attributes?.[name]);
+      if (!Number.isFinite(value)) throw new Error(`SQS answered no ${name} for ${queueUrl}`);
+      total += value;
+    }
+    return total;
   }
 
   /** Resolves a queue ARN (a redrive target) to its URL. */

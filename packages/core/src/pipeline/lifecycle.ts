@@ -27,6 +27,8 @@ export class Lifecycle {
   readonly takeBacks = new Set<Promise<void>>();
   private readonly waiters: Array<() => void> = [];
   private stopPromise: Promise<void> | undefined;
+  /** Unregisters the dead-letter gauges (stop() does it first); a no-op until they are registered. */
+  private unobserveDeadLetters: () => void = () => {};
 
   constructor(private readonly p: Pipeline<unknown, unknown>) {
     // Every delivery waiting out a store outage listens here until its wait ends (stop()
@@ -49,6 +51,7 @@ export class Lifecycle {
           ? error
           : new BrokerConnectionError(adapter.type, adapter.address, { cause: error });
       });
+      this.observeDeadLetters();
     } catch (error) {
       this.state = 'stopped';
       this.stopping.abort();
@@ -70,6 +73,8 @@ export class Lifecycle {
     }
     const { adapter, log, settings } = this.p;
     this.state = 'stopping';
+    // First: a collection during the stop would ask an adapter that is closing.
+    this.unobserveDeadLetters();
     this.stopping.abort();
     this.wakeWaiters();
     await adapter.stop().catch((error) => log.warn('adapter stop failed', { error }));
@@ -93,6 +98,26 @@ export class Lifecycle {
     );
     await adapter.close().catch((error) => log.warn('adapter close failed', { error }));
     this.state = 'stopped';
+  }
+
+  /**
+   * The dead-letter gauges, where the adapter can count its dead-letter queue. Each
+   * collection asks the adapter's own client (one call on the connection it already has):
+   * a connection per collection would cost a TLS handshake and broker-side churn every
+   * export interval.
+   */
+  private observeDeadLetters(): void {
+    const { adapter, telemetry, log } = this.p;
+    if (!adapter.deadLetterBacklog) return;
+    try {
+      this.unobserveDeadLetters = telemetry.observeDeadLetterBacklog(
+        (signal) => adapter.deadLetterBacklog!(signal),
+        log,
+      );
+    } catch (error) {
+      // A meter that refuses the instruments costs the gauges, not the consumer.
+      log.warn('dead-letter gauges could not be registered', { error });
+    }
   }
 
   /**

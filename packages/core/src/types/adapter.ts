@@ -87,6 +87,26 @@ export interface Delivery {
   awaitingBatch?(): void;
 }
 
+/**
+ * The backlog of a consumer's dead-letter queue, as its broker reports it: what the
+ * gauges `oncely.dead_letters.depth` and `oncely.dead_letters.oldest_age` observe.
+ *
+ * @example
+ * ```ts
+ * const backlog: DeadLetterBacklog = { depth: 3, oldestAgeMs: 42_000 };
+ * ```
+ */
+export interface DeadLetterBacklog {
+  /** Dead letters the queue holds now (approximate where the broker's count is: SQS). */
+  depth: number;
+  /**
+   * How long ago the oldest of them was dead-lettered, in ms, and 0 when `depth` is 0 (so
+   * an exporter that repeats a series' last value does not keep an emptied queue old).
+   * Absent where the broker cannot tell cheaply (SQS, RabbitMQ).
+   */
+  oldestAgeMs?: number;
+}
+
 /** Lease facts an adapter declares so the core's lease keeper can renew in time. */
 export interface AdapterLease {
   /** How far each renewal pushes the lease (for example the SQS visibility timeout). */
@@ -151,6 +171,16 @@ export interface BrokerAdapter {
   stop(): Promise<void>;
   /** Close connections; called after in-flight deliveries were settled. */
   close(): Promise<void>;
+  /**
+   * Reads the dead-letter queue's backlog through the adapter's own client (one cheap
+   * broker call: no new connection, nothing consumed), for the consumer's dead-letter
+   * gauges. Only called between `start()` and `stop()`, at most one call at a time. Resolves
+   * undefined when there is nothing to report (no dead-letter queue known); rejects when the
+   * broker cannot answer. `signal` aborts when the core stops waiting (its timeout): end the
+   * broker call then where the client can. Absent where the broker cannot count its
+   * dead letters cheaply (Pub/Sub, Kafka).
+   */
+  deadLetterBacklog?(signal: AbortSignal): Promise<DeadLetterBacklog | undefined>;
 }
 
 /** Consumer settings an adapter may check against the broker at start (ID strategy, limits). */

@@ -50,6 +50,29 @@ export interface StuckOutboxRow {
   nextAttemptAt: Date | null;
 }
 
+/**
+ * The backlog counts, in `client`'s transaction. With `timeoutMs` the query is cut off by
+ * the server after that long (`SET LOCAL statement_timeout`): what the relay's gauges use.
+ */
+export async function readOutboxStats(
+  client: SqlClient,
+  queries: OutboxQueries,
+  timeoutMs?: number,
+): Promise<OutboxStats> {
+  if (timeoutMs !== undefined) await client.query(`SET LOCAL statement_timeout = ${Math.ceil(timeoutMs)}`);
+  const { rows } = await client.query<{
+    pending: number;
+    failed: number;
+    oldest_pending_ms: number | null;
+  }>(queries.stats);
+  const row = rows[0];
+  return {
+    pending: Number(row?.pending ?? 0),
+    failed: Number(row?.failed ?? 0),
+    lagMs: row?.oldest_pending_ms == null ? null : Number(row.oldest_pending_ms),
+  };
+}
+
 /** How the store runs one short transaction of its own. */
 export type OutboxTransactionRunner = <T>(
   operation: string,
@@ -135,19 +158,7 @@ export class PostgresOutbox implements OutboxStore<SqlClient> {
    * ```
    */
   stats(): Promise<OutboxStats> {
-    return this.runTransaction('outbox.stats()', async (client) => {
-      const { rows } = await client.query<{
-        pending: number;
-        failed: number;
-        oldest_pending_ms: number | null;
-      }>(this.queries.stats);
-      const row = rows[0];
-      return {
-        pending: Number(row?.pending ?? 0),
-        failed: Number(row?.failed ?? 0),
-        lagMs: row?.oldest_pending_ms == null ? null : Number(row.oldest_pending_ms),
-      };
-    });
+    return this.runTransaction('outbox.stats()', (client) => readOutboxStats(client, this.queries));
   }
 
   /**

@@ -10,6 +10,7 @@ import type {
 import { ConfigError, retryDelayMs, stderrLogger } from '@oncely/core';
 import type { PostgresStore } from '../PostgresStore.js';
 import type { OutboxQueries } from './outboxQueries.js';
+import { type OutboxStats, readOutboxStats } from './PostgresOutbox.js';
 import { relayBackoff } from './relayBackoff.js';
 import { withinSendTimeout } from './sendTimeout.js';
 
@@ -115,6 +116,24 @@ interface RelayInstruments {
   counter: { add(value: number, attributes?: Record<string, string>): void };
 }
 
+/** The part of an @opentelemetry/api Meter the relay uses, structurally. */
+interface RelayMeter {
+  createCounter(name: string, options?: { description?: string }): RelayInstruments['counter'];
+  createObservableGauge(name: string, options?: { description?: string; unit?: string }): object;
+  addBatchObservableCallback(
+    callback: (result: {
+      observe(observable: object, value: number, attributes?: Record<string, string>): void;
+    }) => Promise<void>,
+    observables: object[],
+  ): void;
+}
+
+/**
+ * How long the gauges' stats query may run (a server-side statement timeout): a locked or
+ * slow table must not hold up the metric collection of the whole process.
+ */
+const GAUGE_QUERY_TIMEOUT_MS = 5_000;
+
 const SETTLE_START_MS = 10;
 
 /**
@@ -136,8 +155,9 @@ const SETTLE_START_MS = 10;
  *
  * Events: `sent`, `failed`, `deadLettered` ({@link RelayEvent}), `error` (a round that
  * failed, for instance the database is down; the relay keeps trying). OpenTelemetry:
- * the counter `oncely.outbox.messages{event}` and the gauge `oncely.outbox.lag` (ms),
- * when `@opentelemetry/api` is installed.
+ * the counter `oncely.outbox.messages{event}` and the gauges `oncely.outbox.lag` (ms),
+ * `oncely.outbox.pending` and `oncely.outbox.failed` (rows), when `@opentelemetry/api` is
+ * installed (one bounded stats query per collection; a failed one observes nothing).
  *
  * @example
  * ```ts
@@ -168,6 +188,8 @@ export class Relay extends EventEmitter {
   private unlisten: (() => Promise<void>) | undefined;
   private listening = false;
   private instruments: RelayInstruments | undefined;
+  /** The gauges' stats query while it runs. */
+  private gaugeQuery: Promise<OutboxStats | undefined> | undefined;
 
   constructor(options: RelayOptions) {
     super();
@@ -538,40 +560,65 @@ export class Relay extends EventEmitter {
     if (this.instruments) return;
     const moduleName = '@opentelemetry/api';
     try {
-      const api = (await import(moduleName)) as {
-        metrics: {
-          getMeter(name: string): {
-            createCounter(name: string, options?: { description?: string }): RelayInstruments['counter'];
-            createObservableGauge(
-              name: string,
-              options?: { description?: string; unit?: string },
-            ): {
-              addCallback(
-                callback: (result: {
-                  observe(value: number, attributes?: Record<string, string>): void;
-                }) => Promise<void>,
-              ): void;
-            };
-          };
-        };
-      };
+      const api = (await import(moduleName)) as { metrics: { getMeter(name: string): RelayMeter } };
       const meter = api.metrics.getMeter('@oncely/postgres');
       const counter = meter.createCounter('oncely.outbox.messages', {
         description: 'Outbox rows by outcome',
       });
-      meter
-        .createObservableGauge('oncely.outbox.lag', {
-          description: 'Age of the oldest unsent outbox row',
-          unit: 'ms',
-        })
-        .addCallback(async (result) => {
-          if (!this.running) return;
-          const lag = await this.lag().catch(() => null);
-          result.observe(lag ?? 0, { relay: this.name });
-        });
+      const lag = meter.createObservableGauge('oncely.outbox.lag', {
+        description: 'Age of the oldest unsent outbox row (0 when none is pending)',
+        unit: 'ms',
+      });
+      const pending = meter.createObservableGauge('oncely.outbox.pending', {
+        description: 'Outbox rows waiting to be sent, rows waiting out a retry backoff included',
+        unit: '{row}',
+      });
+      const failed = meter.createObservableGauge('oncely.outbox.failed', {
+        description: 'Dead-lettered outbox rows (status failed): retry or discard them',
+        unit: '{row}',
+      });
+      // One stats query per collection feeds the three gauges.
+      meter.addBatchObservableCallback(
+        async (result) => {
+          const stats = await this.backlogStats();
+          if (!stats || !this.running || this.stopping) return;
+          const attributes = { relay: this.name };
+          result.observe(lag, stats.lagMs ?? 0, attributes);
+          result.observe(pending, stats.pending, attributes);
+          result.observe(failed, stats.failed, attributes);
+        },
+        [lag, pending, failed],
+      );
       this.instruments = { counter };
     } catch {
       // Not installed: metrics stay off; events still fire.
+    }
+  }
+
+  /**
+   * The backlog for the gauges, or undefined when the relay is not running or the query
+   * failed, or did not answer within {@link GAUGE_QUERY_TIMEOUT_MS} (the server cuts the
+   * statement off then; a wait for a pooled connection is cut here). Never rejects: a
+   * gauge callback that throws would fail the whole collection, and a made-up 0 would hide
+   * a backlog. A query still running from an earlier collection is not doubled.
+   */
+  private async backlogStats(): Promise<OutboxStats | undefined> {
+    if (!this.running || this.stopping || this.gaugeQuery) return undefined;
+    const query = this.store
+      .transaction((tx) => readOutboxStats(tx, this.queries, GAUGE_QUERY_TIMEOUT_MS))
+      .catch(() => undefined);
+    this.gaugeQuery = query;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), GAUGE_QUERY_TIMEOUT_MS + 1000);
+    });
+    try {
+      return await Promise.race([query, timeout]);
+    } finally {
+      clearTimeout(timer);
+      void query.finally(() => {
+        if (this.gaugeQuery === query) this.gaugeQuery = undefined;
+      });
     }
   }
 }

@@ -1,0 +1,115 @@
+/**
+ * The relay's backlog gauges, read through the OpenTelemetry SDK's in-memory exporter
+ * (DELTA temporality: a collection shows only what its callbacks observed):
+ * `oncely.outbox.pending` and `oncely.outbox.failed` (rows) and `oncely.outbox.lag` (the
+ * oldest pending row's age, ms), on a real PostgreSQL server. A stats query that fails
+ * observes nothing; before, the lag gauge observed a made-up 0 then.
+ */
+import type { OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
+import { publishInTransaction, silentLogger } from '@oncely/core';
+import { waitFor } from '@oncely/testkit';
+import { metrics } from '@opentelemetry/api';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRelay, PostgresStore } from '../src/index.js';
+import { admin, cleanupAfterFile, connectionString, hasPostgres, uniqueSchema } from './serverEnv.js';
+
+const { schemas, stores } = cleanupAfterFile();
+
+const exporter = new InMemoryMetricExporter(AggregationTemporality.DELTA);
+const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+const meterProvider = new MeterProvider({ readers: [reader] });
+
+// The relay takes the global meter provider (it has no telemetry option).
+beforeAll(() => {
+  metrics.setGlobalMeterProvider(meterProvider);
+});
+afterAll(async () => {
+  await meterProvider.shutdown();
+  metrics.disable();
+});
+
+/** The relay's gauge values of this collection, by name (absent: nothing observed). */
+async function relayGauges(relay: string): Promise<Record<string, number>> {
+  exporter.reset();
+  await reader.forceFlush();
+  const values: Record<string, number> = {};
+  for (const resource of exporter.getMetrics())
+    for (const scope of resource.scopeMetrics)
+      for (const metric of scope.metrics)
+        for (const point of metric.dataPoints)
+          if (point.attributes.relay === relay && metric.descriptor.name !== 'oncely.outbox.messages')
+            values[metric.descriptor.name] = point.value as number;
+  return values;
+}
+
+/** Sends to `ok`; refuses `gone` for good (dead-lettered at once) and `flaky` for now (retried). */
+class SplitProducer implements OutboxProducer {
+  async send(messages: readonly OutboxMessage[]): Promise<OutboxSendResult[]> {
+    return messages.map((m) =>
+      m.destination === 'gone'
+        ? { ok: false, permanent: true, error: new Error('no such queue') }
+        : m.destination === 'flaky'
+          ? { ok: false, error: new Error('broker busy') }
+          : { ok: true },
+    );
+  }
+}
+
+describe.skipIf(!hasPostgres)('relay backlog gauges', () => {
+  it('report pending and failed rows and the lag; nothing when the stats query fails', async () => {
+    const schema = uniqueSchema('relay_gauges');
+    schemas.push(schema);
+    const store = new PostgresStore({ connectionString, schema, logger: silentLogger });
+    stores.push(store);
+    await store.migrate();
+    const name = `gauges-${schema}`;
+    const relay = createRelay({
+      store,
+      name,
+      producers: new SplitProducer(),
+      pollIntervalMs: 100,
+      // The flaky rows wait out a long backoff: pending, with a growing lag.
+      backoff: { initialMs: 600_000, maxMs: 600_000 },
+      logger: silentLogger,
+    });
+    const errors: unknown[] = [];
+    relay.on('error', (error) => errors.push(error));
+    const written = Date.now();
+    await store.transaction(async (tx) => {
+      for (let i = 0; i < 3; i++) await publishInTransaction(store, tx, 'gone', { i }, { id: `gone-${i}` });
+      for (let i = 0; i < 2; i++) await publishInTransaction(store, tx, 'flaky', { i }, { id: `flaky-${i}` });
+      await publishInTransaction(store, tx, 'ok', { i: 0 }, { id: 'ok-0' });
+    });
+    await relay.start();
+    try {
+      const values = await waitFor(
+        async () => {
+          const now = await relayGauges(name);
+          return now['oncely.outbox.failed'] === 3 && now['oncely.outbox.lag']! >= 20 ? now : undefined;
+        },
+        { timeoutMs: 30_000, description: '3 failed rows and a lag of 20 ms or more' },
+      );
+      expect(values['oncely.outbox.pending']).toBe(2);
+      expect(values['oncely.outbox.lag']).toBeLessThanOrEqual(Date.now() - written + 1000); // clocks of one host
+
+      await store.outbox.discard({ all: true }, { by: 'gauge-test' });
+      expect((await relayGauges(name))['oncely.outbox.failed']).toBe(0);
+
+      // The table is gone under the relay: its rounds fail, and so does the gauges' query.
+      await admin.query(`ALTER TABLE "${schema}".outbox RENAME TO outbox_gone`);
+      await waitFor(() => errors.length > 0, { timeoutMs: 30_000, description: 'a failed round' });
+      expect(await relayGauges(name)).toEqual({});
+      await admin.query(`ALTER TABLE "${schema}".outbox_gone RENAME TO outbox`);
+    } finally {
+      await relay.stop();
+    }
+    // Stopped: nothing observed.
+    expect(await relayGauges(name)).toEqual({});
+  });
+});
