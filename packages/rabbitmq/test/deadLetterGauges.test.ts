@@ -108,6 +108,9 @@ describe.skipIf(!available)('RabbitMQ dead-letter gauges (real RabbitMQ + Postgr
     const dlq = await DeadLetters.open(config);
     await dlq.replay({ ids: failing });
     await spy.waitForCount('processed', 4, undefined, 60_000);
+    // The pass gave the other 3 back (nack with requeue), which the broker applies after
+    // the pass returned: they count once they are ready again.
+    await waitFor(async () => (await raw.ready(`${queue}.dlq`)) === 3, '3 dead letters back', 60_000);
     expect(await deadLetterGauges(name)).toEqual({ 'oncely.dead_letters.depth': 3 });
     await dlq.discard({ all: true }, { by: 'gauge-test' });
     expect(await deadLetterGauges(name)).toEqual({ 'oncely.dead_letters.depth': 0 });
