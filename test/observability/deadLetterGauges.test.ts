@@ -5,11 +5,13 @@ import {
   DEAD_LETTER_BACKLOG_TIMEOUT_MS,
   type DeadLetterBacklog,
   DeadLetters,
+  type Logger,
   silentLogger,
 } from '@oncely/core';
 import { createAdapter, MemoryBroker } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
 import { ConsumerSpy, waitFor } from '@oncely/testkit';
+import type { MeterProvider } from '@opentelemetry/api';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type MetricPoint, startDeltaMeter } from './otelSdk.js';
 
@@ -45,35 +47,111 @@ function gaugesOf(points: MetricPoint[], consumer: string) {
   return { depth: of('oncely.dead_letters.depth'), age: of('oncely.dead_letters.oldest_age') };
 }
 
+/** A logger that keeps what it was told, by level. */
+function spyLogger() {
+  const lines: Array<{ level: keyof Logger; message: string; fields?: Record<string, unknown> }> = [];
+  const at =
+    (level: keyof Logger) =>
+    (message: string, fields?: Record<string, unknown>): void => {
+      lines.push({ level, message, fields });
+    };
+  const logger: Logger = { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+  /** The lines of `level` about the dead-letter gauges. */
+  const gaugeLines = (level: keyof Logger) =>
+    lines.filter((line) => line.level === level && line.message.startsWith('dead-letter gauges'));
+  return { logger, lines, gaugeLines };
+}
+
 /**
- * A memory consumer whose handler fails while `broken.on` (maxAttempts 1: dead-lettered at
- * once), with the test SDK's meter; `wrap` may change its adapter.
+ * The test SDK's meter provider, recording which batch callbacks Oncely's meter added and
+ * removed: a callback left registered but idle observes nothing either, so only this
+ * shows a missing `removeBatchObservableCallback`.
  */
-async function startConsumer(wrap: (adapter: BrokerAdapter) => BrokerAdapter = (a) => a) {
-  const name = `dlq-gauges-${++run}`;
-  const queue = `q-${run}`;
-  const broker = new MemoryBroker();
+function recordingMeterProvider(inner: MeterProvider) {
+  const added = new Set<unknown>();
+  const removed = new Set<unknown>();
+  const meterProvider: MeterProvider = {
+    getMeter(name, version, options) {
+      const meter = inner.getMeter(name, version, options);
+      return new Proxy(meter, {
+        get(target, property) {
+          if (property === 'addBatchObservableCallback')
+            return (callback: unknown, observables: unknown) => {
+              added.add(callback);
+              return target.addBatchObservableCallback(callback as never, observables as never);
+            };
+          if (property === 'removeBatchObservableCallback')
+            return (callback: unknown, observables: unknown) => {
+              removed.add(callback);
+              return target.removeBatchObservableCallback(callback as never, observables as never);
+            };
+          const value = Reflect.get(target, property, target);
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+    },
+  };
+  return {
+    meterProvider,
+    added,
+    /** Callbacks added and never removed. */
+    registered: () => [...added].filter((callback) => !removed.has(callback)),
+  };
+}
+
+interface ConsumerOptions {
+  wrap?: (adapter: BrokerAdapter) => BrokerAdapter;
+  name?: string;
+  queue?: string;
+  broker?: MemoryBroker;
+  logger?: Logger;
+  meterProvider?: MeterProvider;
+}
+
+/**
+ * A memory consumer (not started) whose handler fails while `broken.on` (maxAttempts 1:
+ * dead-lettered at once), with the test SDK's meter; `wrap` may change its adapter.
+ */
+function makeConsumer(options: ConsumerOptions = {}) {
+  const { wrap = (a: BrokerAdapter) => a } = options;
+  const name = options.name ?? `dlq-gauges-${++run}`;
+  const queue = options.queue ?? `q-${++run}`;
+  const broker = options.broker ?? new MemoryBroker();
   broker.createQueue(queue, { visibilityTimeoutMs: 5000 });
   const broken = { on: true };
   const config = {
     name,
     broker: { type: 'memory' as const, broker, queue },
     store,
-    logger: silentLogger,
+    logger: options.logger ?? silentLogger,
     maxAttempts: 1,
-    telemetry: { meterProvider: sdk.meterProvider },
+    telemetry: { meterProvider: options.meterProvider ?? sdk.meterProvider },
     handler: async () => {
       if (broken.on) throw new Error('payment service down');
     },
   };
-  const consumer: Consumer = createConsumerWith(config, (section, options) =>
-    wrap(createAdapter(section, options)),
+  const consumer: Consumer = createConsumerWith(config, (section, adapterOptions) =>
+    wrap(createAdapter(section, adapterOptions)),
   );
   const spy = new ConsumerSpy().attach(consumer);
-  cleanups.push(() => broker.close());
+  if (!options.broker) cleanups.push(() => broker.close());
   cleanups.push(() => consumer.stop());
-  await consumer.start();
   return { name, queue, broker, broken, consumer, spy, config };
+}
+
+/** {@link makeConsumer}, started. */
+async function startConsumer(
+  wrap: (adapter: BrokerAdapter) => BrokerAdapter = (a) => a,
+  options: ConsumerOptions = {},
+) {
+  const made = makeConsumer({ ...options, wrap });
+  await made.consumer.start();
+  return made;
+}
+
+/** When the oldest entry on `queue`'s dead-letter list was dead-lettered (epoch ms). */
+function oldestDeadLetterAt(broker: MemoryBroker, queue: string): number {
+  return Math.min(...broker.deadLetters(queue).map((letter) => letter.at));
 }
 
 describe('dead-letter gauges on the memory broker', () => {
@@ -101,28 +179,40 @@ describe('dead-letter gauges on the memory broker', () => {
     );
     const collected = Date.now();
     const { depth, age } = gaugesOf(points, name);
+    const oldestAt = oldestDeadLetterAt(broker, queue);
     expect(depth).toHaveLength(1);
     expect(depth[0]).toMatchObject({
       value: 5,
       unit: '{message}',
       scope: '@oncely/core',
-      attributes: { 'messaging.system': 'oncely_memory', 'messaging.consumer.group.name': name },
+      attributes: {
+        'messaging.system': 'oncely_memory',
+        'messaging.consumer.group.name': name,
+        'messaging.destination.name': queue,
+      },
     });
     expect(age).toHaveLength(1);
     expect(age[0]!.unit).toBe('ms');
-    // No older than the first send, no younger than the gap since the last dead letter.
-    expect(age[0]!.value).toBeLessThanOrEqual(collected - firstSent);
+    // The oldest entry's age at the collection: no older than the first send.
+    expect(oldestAt).toBeGreaterThanOrEqual(firstSent);
+    expect(oldestAt).toBeLessThanOrEqual(deadLettered);
+    expect(age[0]!.value).toBeLessThanOrEqual(collected - oldestAt);
     expect(age[0]!.value).toBeGreaterThan(0);
-    expect(deadLettered).toBeLessThanOrEqual(collected);
 
     // Replay three of them (the handler works now): the depth follows.
     broken.on = false;
     const dlq = await DeadLetters.open(config);
     await dlq.replay({ ids: ['m-0', 'm-1', 'm-2'] });
     await spy.waitForCount('processed', 3, undefined, 30_000);
+    // The age is now the oldest remaining entry's: read between these two instants.
+    const remainingOldestAt = oldestDeadLetterAt(broker, queue);
+    const before2 = Date.now();
     const replayed = gaugesOf(await sdk.metricPoints(), name);
+    const after2 = Date.now();
     expect(replayed.depth.map((p) => p.value)).toEqual([2]);
-    expect(replayed.age[0]!.value).toBeGreaterThanOrEqual(age[0]!.value);
+    expect(replayed.age.map((p) => p.value)).toHaveLength(1);
+    expect(replayed.age[0]!.value).toBeGreaterThanOrEqual(before2 - remainingOldestAt);
+    expect(replayed.age[0]!.value).toBeLessThanOrEqual(after2 - remainingOldestAt);
 
     await dlq.discard({ all: true }, { by: 'gauge-test' });
     const after = gaugesOf(await sdk.metricPoints(), name);
@@ -147,14 +237,71 @@ describe('dead-letter gauges: the core side', () => {
     expect(gaugesOf(points, name)).toEqual({ depth: [], age: [] });
   });
 
-  it('give up on a broker call that hangs after the timeout, observe nothing, and never double it', async () => {
+  it('observe nothing, and do not throw, when the broker call throws before it returns a promise', async () => {
     let calls = 0;
+    const logs = spyLogger();
+    const { name } = await startConsumer(
+      (adapter) =>
+        Object.assign(adapter, {
+          deadLetterBacklog: (): Promise<DeadLetterBacklog> => {
+            calls++;
+            throw new Error('client not ready');
+          },
+        }),
+      { logger: logs.logger },
+    );
+    expect(gaugesOf(await sdk.metricPoints(), name)).toEqual({ depth: [], age: [] });
+    expect(calls).toBe(1);
+    expect(logs.gaugeLines('warn')).toHaveLength(1);
+    expect(String(logs.gaugeLines('warn')[0]!.fields?.error)).toContain('client not ready');
+  });
+
+  it('observe nothing for a depth that is not a count (negative, fractional, not a number)', async () => {
+    const answers: unknown[] = [-1, 2.5, Number.NaN, '3'];
+    const { name } = await startConsumer((adapter) =>
+      Object.assign(adapter, {
+        deadLetterBacklog: async () =>
+          ({ depth: answers.shift(), queue: 'q' }) as unknown as DeadLetterBacklog,
+      }),
+    );
+    for (let i = 0; i < 4; i++)
+      expect(gaugesOf(await sdk.metricPoints(), name)).toEqual({ depth: [], age: [] });
+  });
+
+  it('warn once when the broker stops answering (not at every collection), and log its recovery once', async () => {
+    const logs = spyLogger();
+    const failing = { on: true };
+    const { name } = await startConsumer(
+      (adapter) =>
+        Object.assign(adapter, {
+          deadLetterBacklog: async (): Promise<DeadLetterBacklog> => {
+            if (failing.on) throw new Error('ECONNRESET');
+            return { depth: 1, queue: 'q' };
+          },
+        }),
+      { logger: logs.logger },
+    );
+    for (let i = 0; i < 3; i++) await sdk.metricPoints();
+    expect(logs.gaugeLines('warn')).toHaveLength(1);
+    expect(String(logs.gaugeLines('warn')[0]!.fields?.error)).toContain('ECONNRESET');
+    expect(logs.gaugeLines('info')).toHaveLength(0);
+
+    failing.on = false;
+    for (let i = 0; i < 2; i++)
+      expect(gaugesOf(await sdk.metricPoints(), name).depth.map((p) => p.value)).toEqual([1]);
+    expect(logs.gaugeLines('info')).toHaveLength(1);
+    expect(logs.gaugeLines('warn')).toHaveLength(1);
+  });
+
+  it('give up on a broker call that hangs after the timeout, abort it, observe nothing, and never double it', async () => {
+    let calls = 0;
+    let seen: AbortSignal | undefined;
     const { name } = await startConsumer((adapter) =>
       Object.assign(adapter, {
         deadLetterBacklog: (signal: AbortSignal): Promise<DeadLetterBacklog> => {
           calls++;
+          seen = signal;
           // Never answers, not even when aborted: the worst a broker client can do.
-          void signal;
           return new Promise(() => {});
         },
       }),
@@ -165,27 +312,107 @@ describe('dead-letter gauges: the core side', () => {
     expect(gaugesOf(points, name)).toEqual({ depth: [], age: [] });
     expect(took).toBeGreaterThanOrEqual(DEAD_LETTER_BACKLOG_TIMEOUT_MS - 100);
     expect(took).toBeLessThan(DEAD_LETTER_BACKLOG_TIMEOUT_MS + 10_000);
+    // The adapter was told to end its call.
+    expect(seen?.aborted).toBe(true);
+    expect(String(seen?.reason)).toContain(`no answer within ${DEAD_LETTER_BACKLOG_TIMEOUT_MS} ms`);
     // The hung call is still pending: the next collection does not start another.
     expect(gaugesOf(await sdk.metricPoints(), name)).toEqual({ depth: [], age: [] });
     expect(calls).toBe(1);
   }, 60_000);
 
-  it('do not ask the adapter once the consumer stopped', async () => {
+  it('abort the read running when stop() is called, before stop() resolves, and end that collection', async () => {
+    let seen: AbortSignal | undefined;
+    const logs = spyLogger();
+    const { name, consumer } = await startConsumer(
+      (adapter) =>
+        Object.assign(adapter, {
+          deadLetterBacklog: (signal: AbortSignal): Promise<DeadLetterBacklog> => {
+            seen = signal;
+            return new Promise(() => {});
+          },
+        }),
+      { logger: logs.logger },
+    );
+    const collecting = sdk.metricPoints();
+    await waitFor(() => seen, { description: 'the read to start' });
+    expect(seen!.aborted).toBe(false);
+    const stopped = Date.now();
+    await consumer.stop();
+    expect(seen!.aborted).toBe(true);
+    const points = await collecting;
+    // The collection ended with the stop, not at the read's timeout.
+    expect(Date.now() - stopped).toBeLessThan(DEAD_LETTER_BACKLOG_TIMEOUT_MS / 2);
+    expect(gaugesOf(points, name)).toEqual({ depth: [], age: [] });
+    // A read aborted by stop() is no broker failure.
+    expect(logs.gaugeLines('warn')).toHaveLength(0);
+  }, 60_000);
+
+  it('unregister at stop(), and do not ask the adapter once the consumer stopped', async () => {
     let calls = 0;
-    const { name, consumer } = await startConsumer((adapter) => {
-      const read = adapter.deadLetterBacklog!.bind(adapter);
-      return Object.assign(adapter, {
-        deadLetterBacklog: (signal: AbortSignal) => {
-          calls++;
-          return read(signal);
-        },
-      });
-    });
+    const recording = recordingMeterProvider(sdk.meterProvider);
+    const { name, consumer } = await startConsumer(
+      (adapter) => {
+        const read = adapter.deadLetterBacklog!.bind(adapter);
+        return Object.assign(adapter, {
+          deadLetterBacklog: (signal: AbortSignal) => {
+            calls++;
+            return read(signal);
+          },
+        });
+      },
+      { meterProvider: recording.meterProvider },
+    );
     expect(gaugesOf(await sdk.metricPoints(), name).depth.map((p) => p.value)).toEqual([0]);
     expect(calls).toBe(1);
+    expect(recording.added.size).toBe(1);
+    expect(recording.registered()).toHaveLength(1);
     await consumer.stop();
+    // The SDK no longer holds the callback (an idle one would observe nothing too).
+    expect(recording.registered()).toEqual([]);
     expect(gaugesOf(await sdk.metricPoints(), name)).toEqual({ depth: [], age: [] });
     expect(calls).toBe(1);
+  });
+
+  it('register nothing when stop() is called during start()', async () => {
+    let calls = 0;
+    const recording = recordingMeterProvider(sdk.meterProvider);
+    const { name, consumer } = makeConsumer({
+      meterProvider: recording.meterProvider,
+      wrap: (adapter) => {
+        const read = adapter.deadLetterBacklog!.bind(adapter);
+        return Object.assign(adapter, {
+          deadLetterBacklog: (signal: AbortSignal) => {
+            calls++;
+            return read(signal);
+          },
+        });
+      },
+    });
+    const starting = consumer.start();
+    await consumer.stop();
+    await starting.catch(() => {});
+    expect(gaugesOf(await sdk.metricPoints(), name)).toEqual({ depth: [], age: [] });
+    expect(calls).toBe(0);
+    expect(recording.registered()).toEqual([]);
+  });
+
+  it('keep consumers of one name on different queues apart (messaging.destination.name)', async () => {
+    const broker = new MemoryBroker();
+    cleanups.push(() => broker.close());
+    const name = `same-name-${++run}`;
+    const a = await startConsumer(undefined, { name, queue: `a-${run}`, broker });
+    const b = await startConsumer(undefined, { name, queue: `b-${run}`, broker });
+    for (let i = 0; i < 3; i++) await broker.send(a.queue, { id: `m-${i}`, body: { i } });
+    await a.spy.waitForCount('deadLettered', 3, undefined, 30_000);
+    const { depth } = gaugesOf(await sdk.metricPoints(), name);
+    expect(
+      depth
+        .map((p) => [p.attributes['messaging.destination.name'], p.value])
+        .sort((x, y) => String(x[0]).localeCompare(String(y[0]))),
+    ).toEqual([
+      [a.queue, 3],
+      [b.queue, 0],
+    ]);
   });
 
   it('register nothing for an adapter without the capability', async () => {

@@ -84,6 +84,8 @@ export type { TelemetryConfig } from './telemetry.js';
 export {
   DEAD_LETTER_BACKLOG_TIMEOUT_MS,
   extractTraceContext,
+  GAUGE_READ_WARN_INTERVAL_MS,
+  GaugeReadLog,
   INSTRUMENTATION_SCOPE,
   traceHeaders,
 } from './telemetry.js';

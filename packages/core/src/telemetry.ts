@@ -243,13 +243,15 @@ export class Telemetry {
   /**
    * Registers this consumer's dead-letter gauges, `oncely.dead_letters.depth` and
    * `oncely.dead_letters.oldest_age` (ms), fed by one `read` per metric collection, and
-   * returns what unregisters them (`stop()` calls it first). Nothing is registered when the
-   * meter is a no-op, as for the counters (the meter provider is looked up now, at start).
+   * returns what unregisters them (`stop()` calls it first: it also aborts a read still
+   * running, and that collection observes nothing). Nothing is registered when the meter is
+   * a no-op, as for the counters (the meter provider is looked up now, at start).
    *
    * Each collection waits at most `timeoutMs` for `read`; a read that fails, times out or
    * answers nothing observes nothing (never a made-up 0), and a read still running from an
    * earlier collection is not doubled: that collection observes nothing either, so a broker
-   * that hangs holds at most one call.
+   * that hangs holds at most one call. Reads that start failing are logged as a warning
+   * (rate-limited), and their recovery at info: see {@link GaugeReadLog}.
    */
   observeDeadLetterBacklog(
     read: (signal: AbortSignal) => Promise<DeadLetterBacklog | undefined>,
@@ -266,9 +268,14 @@ export class Telemetry {
       unit: 'ms',
     });
     if (depth === NOOP_OBSERVABLE_GAUGE) return () => {};
-    const attributes = { ...this.baseAttributes };
+    const failures = new GaugeReadLog(log, {
+      failing:
+        'dead-letter gauges: the broker does not report the dead-letter queue; the gauges observe nothing until it does',
+      recovered: 'dead-letter gauges: the broker reports the dead-letter queue again',
+    });
     let active = true;
-    let reading: Promise<unknown> | undefined;
+    /** The read in progress, and what aborts it. */
+    let reading: { settled: Promise<void>; controller: AbortController } | undefined;
     const callback: BatchObservableCallback = async (result) => {
       if (!active || reading) return;
       const controller = new AbortController();
@@ -276,19 +283,35 @@ export class Telemetry {
       const attempt = new Promise<DeadLetterBacklog | undefined>((resolve) =>
         resolve(read(controller.signal)),
       );
-      reading = attempt.then(
-        () => {},
-        () => {},
-      );
-      void reading.finally(() => {
-        reading = undefined;
+      const current = {
+        controller,
+        settled: attempt.then(
+          () => {},
+          () => {},
+        ),
+      };
+      reading = current;
+      void current.settled.finally(() => {
+        if (reading === current) reading = undefined;
       });
-      const backlog = await settleWithin(attempt, timeoutMs, controller).catch((error: unknown) => {
-        log.debug('dead-letter gauges: the broker did not report its dead-letter queue', { error });
-        return undefined;
-      });
+      let backlog: DeadLetterBacklog | undefined;
+      try {
+        backlog = await settleWithin(attempt, timeoutMs, controller);
+        if (backlog && !validCount(backlog.depth))
+          throw new Error(`the adapter answered an invalid depth: ${String(backlog.depth)}`);
+      } catch (error) {
+        // Aborted by stop(): not a broker failure.
+        if (active) failures.failed(error);
+        return;
+      }
       // Stopped meanwhile: the adapter may be closing, its answer is not worth reporting.
-      if (!active || !backlog || !validCount(backlog.depth)) return;
+      if (!active) return;
+      failures.succeeded();
+      if (!backlog) return;
+      const attributes: Attributes = { ...this.baseAttributes };
+      // Which queue: consumers of one name on different queues are different series.
+      if (typeof backlog.queue === 'string' && backlog.queue !== '')
+        attributes['messaging.destination.name'] = backlog.queue;
       result.observe(depth, backlog.depth, attributes);
       if (typeof backlog.oldestAgeMs === 'number' && Number.isFinite(backlog.oldestAgeMs)) {
         // A clock a little behind the broker's gives a small negative age: a fresh one.
@@ -300,6 +323,8 @@ export class Telemetry {
       if (!active) return;
       active = false;
       meter.removeBatchObservableCallback(callback, [depth, oldestAge]);
+      // The read running now is not waited for: end its broker call, and its collection.
+      reading?.controller.abort(new Error('the consumer is stopping'));
     };
   }
 
@@ -437,22 +462,75 @@ export class Telemetry {
 
 /**
  * `work`'s result, or a rejection after `timeoutMs` (and `controller` aborted, so the
- * adapter can end its broker call).
+ * adapter can end its broker call), or as soon as `controller` is aborted by someone else.
+ * The timer does not keep the process alive.
  */
 function settleWithin<T>(work: Promise<T>, timeoutMs: number, controller: AbortController): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const error = new Error(`no answer within ${timeoutMs} ms`);
-      controller.abort(error);
-      reject(error);
-    }, timeoutMs);
+  let onAbort: (() => void) | undefined;
+  const { signal } = controller;
+  const cut = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    timer = setTimeout(() => controller.abort(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    timer.unref();
   });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+  return Promise.race([work, cut]).finally(() => {
+    clearTimeout(timer);
+    if (onAbort) signal.removeEventListener('abort', onAbort);
+  });
 }
 
+/** A count: a non-negative integer. */
 function validCount(value: unknown): value is number {
-  return typeof value === 'number' && Number.isFinite(value) && value >= 0;
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0;
+}
+
+/** How often at most {@link GaugeReadLog} warns that a gauge's reads started failing. */
+export const GAUGE_READ_WARN_INTERVAL_MS = 5 * 60_000;
+
+/**
+ * The log of a gauge whose reads can fail (a broker or database that does not answer):
+ * such a gauge simply has no point, so without a log nobody learns why. Warns when reads
+ * start failing (the first failure, and each time they fail again after having worked),
+ * at most once per `intervalMs` (a flapping broker does not flood the log; the
+ * transitions in between go to debug), and logs at info when they work again after a
+ * warned failure. Every further failure of a run of them is at debug.
+ */
+export class GaugeReadLog {
+  private failing = false;
+  private warned = false;
+  private lastWarnAt = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly log: Logger,
+    private readonly messages: { failing: string; recovered: string },
+    private readonly fields: Record<string, unknown> = {},
+    private readonly intervalMs = GAUGE_READ_WARN_INTERVAL_MS,
+  ) {}
+
+  failed(error: unknown): void {
+    const fields = { ...this.fields, error };
+    const now = Date.now();
+    if (!this.failing) {
+      this.failing = true;
+      this.warned = now - this.lastWarnAt >= this.intervalMs;
+      if (this.warned) {
+        this.lastWarnAt = now;
+        this.log.warn(this.messages.failing, fields);
+        return;
+      }
+    }
+    this.log.debug(this.messages.failing, fields);
+  }
+
+  succeeded(): void {
+    if (!this.failing) return;
+    this.failing = false;
+    if (this.warned) this.log.info(this.messages.recovered, this.fields);
+    this.warned = false;
+  }
 }
 
 function errorType(error: unknown): string {

@@ -89,13 +89,14 @@ export class MemoryAdapter implements BrokerAdapter {
   /**
    * The queue's dead-letter list (what `DeadLetters` works on): exact depth, and the age of
    * its oldest entry since it was dead-lettered. Copies a queue's `deadLetterQueue` holds
-   * are that queue's messages, counted by its own consumer's list, not here.
+   * are that queue's messages, counted by its own consumer's list, not here. The gauges'
+   * queue is this consumer's queue, whose list it is.
    */
   async deadLetterBacklog(): Promise<DeadLetterBacklog> {
     const { broker, queue } = this.config;
     const depth = broker.stats(queue).deadLettered;
     const oldest = broker.oldestDeadLetterAt(queue);
-    return { depth, oldestAgeMs: oldest === undefined ? 0 : Date.now() - oldest };
+    return { depth, oldestAgeMs: oldest === undefined ? 0 : Date.now() - oldest, queue };
   }
 
   private abortAll(): void {

@@ -5,7 +5,7 @@
  * oldest pending row's age, ms), on a real PostgreSQL server. A stats query that fails
  * observes nothing; before, the lag gauge observed a made-up 0 then.
  */
-import type { OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
+import type { Logger, OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
 import { publishInTransaction, silentLogger } from '@oncely/core';
 import { waitFor } from '@oncely/testkit';
 import { metrics } from '@opentelemetry/api';
@@ -61,6 +61,39 @@ class SplitProducer implements OutboxProducer {
   }
 }
 
+/** A logger keeping the lines about the relay's gauges, by level. */
+function gaugeLogger() {
+  const lines: Array<{ level: keyof Logger; message: string; fields?: Record<string, unknown> }> = [];
+  const at =
+    (level: keyof Logger) =>
+    (message: string, fields?: Record<string, unknown>): void => {
+      if (message.startsWith('outbox relay gauges')) lines.push({ level, message, fields });
+    };
+  const logger: Logger = { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+  return { logger, of: (level: keyof Logger) => lines.filter((line) => line.level === level) };
+}
+
+/** A migrated schema with one pending row, and a running relay on it (stopped after the test). */
+async function runningRelay(prefix: string, logger: Logger = silentLogger, lockTimeoutMs?: number) {
+  const schema = uniqueSchema(prefix);
+  schemas.push(schema);
+  const store = new PostgresStore({ connectionString, schema, logger: silentLogger, lockTimeoutMs });
+  stores.push(store);
+  await store.migrate();
+  const name = `gauges-${schema}`;
+  const relay = createRelay({
+    store,
+    name,
+    producers: new SplitProducer(),
+    pollIntervalMs: 100,
+    backoff: { initialMs: 600_000, maxMs: 600_000 },
+    logger,
+  });
+  await store.transaction((tx) => publishInTransaction(store, tx, 'flaky', { i: 0 }, { id: 'flaky-0' }));
+  await relay.start();
+  return { schema, store, name, relay };
+}
+
 describe.skipIf(!hasPostgres)('relay backlog gauges', () => {
   it('report pending and failed rows and the lag; nothing when the stats query fails', async () => {
     const schema = uniqueSchema('relay_gauges');
@@ -112,4 +145,69 @@ describe.skipIf(!hasPostgres)('relay backlog gauges', () => {
     // Stopped: nothing observed.
     expect(await relayGauges(name)).toEqual({});
   });
+
+  it('warn once when the stats query starts failing, not at every collection, and log the recovery once', async () => {
+    const logs = gaugeLogger();
+    const { schema, name, relay } = await runningRelay('relay_gauge_logs', logs.logger);
+    try {
+      await waitFor(async () => (await relayGauges(name))['oncely.outbox.pending'] === 1, {
+        timeoutMs: 30_000,
+        description: 'a pending row',
+      });
+      await admin.query(`ALTER TABLE "${schema}".outbox RENAME TO outbox_gone`);
+      for (let i = 0; i < 3; i++) expect(await relayGauges(name)).toEqual({});
+      expect(logs.of('warn')).toHaveLength(1);
+      expect(logs.of('warn')[0]!.fields).toMatchObject({ relay: name });
+      expect(String(logs.of('warn')[0]!.fields?.error)).toContain('outbox');
+      expect(logs.of('info')).toHaveLength(0);
+      await admin.query(`ALTER TABLE "${schema}".outbox_gone RENAME TO outbox`);
+      expect((await relayGauges(name))['oncely.outbox.pending']).toBe(1);
+      expect((await relayGauges(name))['oncely.outbox.pending']).toBe(1);
+      expect(logs.of('info')).toHaveLength(1);
+      expect(logs.of('warn')).toHaveLength(1);
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  it('give up on a locked table within the bound, the server cutting the query off, and report again once it is free', async () => {
+    // A lock_timeout (the store's, 5 s by default) longer than the gauges' statement
+    // timeout: only the statement timeout can end the query's wait here.
+    const { schema, name, relay } = await runningRelay('relay_gauge_lock', silentLogger, 30_000);
+    const holder = await admin.connect();
+    try {
+      await waitFor(async () => (await relayGauges(name))['oncely.outbox.pending'] === 1, {
+        timeoutMs: 30_000,
+        description: 'a pending row',
+      });
+      await holder.query('BEGIN');
+      await holder.query(`LOCK TABLE "${schema}".outbox IN ACCESS EXCLUSIVE MODE`);
+      const started = Date.now();
+      expect(await relayGauges(name)).toEqual({});
+      // Within the collection's own bound (6 s; slack for a busy machine).
+      expect(Date.now() - started).toBeLessThan(6_000 + 2_000);
+      // And it was the server that ended the query: none of it waits on the lock now (the
+      // collection's own timer alone would have left it queued behind the lock).
+      const { rows } = await admin.query<{ waiting: number }>(
+        `SELECT count(*)::integer AS waiting FROM pg_stat_activity
+         WHERE pid <> pg_backend_pid() AND wait_event_type = 'Lock'
+           AND query LIKE '%oldest_pending_ms%' AND query LIKE $1`,
+        [`%"${schema}"%`],
+      );
+      expect(rows[0]!.waiting).toBe(0);
+      await holder.query('COMMIT');
+      const values = await waitFor(
+        async () => {
+          const now = await relayGauges(name);
+          return now['oncely.outbox.pending'] === 1 ? now : undefined;
+        },
+        { timeoutMs: 30_000, description: 'the gauges again once the lock is released' },
+      );
+      expect(values['oncely.outbox.failed']).toBe(0);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      holder.release();
+      await relay.stop();
+    }
+  }, 60_000);
 });

@@ -48,6 +48,13 @@ import { declareTopology, delayQueueName, delayQueueOptions, retryDelayBucket } 
 const QUORUM_PREFETCH_CAP = 2000;
 /** Dead-letter details are cut to this many characters (AMQP header tables are small). */
 const MAX_DETAIL_CHARS = 2000;
+/**
+ * After a passive declare of the dead-letter queue found it missing (404, which also
+ * closes the channel), the dead-letter gauges' calls refused at once before the next
+ * look: at the default 60 s export interval, about 10 minutes without a channel opened
+ * and refused per collection.
+ */
+const MISSING_DLQ_SKIPPED_CALLS = 10;
 
 /** The consumer's name, logger and limits (the handler timeout feeds the consumer-timeout check). */
 export type RabbitMqAdapterOptions = AdapterOptions;
@@ -102,6 +109,8 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
   private serverVersionText: string | undefined;
   /** The channel the dead-letter gauges' passive declares use, while it is open. */
   private backlogChannel: Promise<Channel> | undefined;
+  /** Gauge calls still to refuse without asking the broker, after the DLQ was found missing. */
+  private missingDlqSkips = 0;
   /** Index of the `url` the next connect tries first. */
   private nextUrl = 0;
 
@@ -199,15 +208,33 @@ export class RabbitMqAdapter implements BrokerAdapter, CopyPublisher {
    * message count) on a channel of the consumer's connection, kept between collections.
    * Messages an `oncely dlq` pass holds unacked are not in that count. No oldest age: AMQP
    * reports none, and a `basic.get` to look would redeliver the message it took.
-   * Rejects while the connection is down (the gauges skip that collection).
+   * Rejects while the connection is down (the gauges skip that collection). A missing
+   * queue (404) closes the channel: the next {@link MISSING_DLQ_SKIPPED_CALLS} calls then
+   * reject at once without asking the broker, rather than open a channel each time.
    */
   async deadLetterBacklog(): Promise<DeadLetterBacklog> {
+    const queue = this.options.deadLetterQueue;
     const connection = this.connection;
     if (!connection || this.closed) throw new Error('not connected to RabbitMQ');
+    if (this.missingDlqSkips > 0) {
+      this.missingDlqSkips--;
+      throw new Error(
+        `the dead-letter queue '${queue}' did not exist at the last look (404); looking again in ${this.missingDlqSkips + 1} collection(s)`,
+      );
+    }
     this.backlogChannel ??= this.openBacklogChannel(connection);
     const channel = await this.backlogChannel;
-    const { messageCount } = await channel.checkQueue(this.options.deadLetterQueue);
-    return { depth: messageCount };
+    try {
+      const { messageCount } = await channel.checkQueue(queue);
+      return { depth: messageCount, queue };
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== 404) throw error;
+      this.missingDlqSkips = MISSING_DLQ_SKIPPED_CALLS;
+      throw new Error(
+        `the dead-letter queue '${queue}' does not exist (404); looking again after ${MISSING_DLQ_SKIPPED_CALLS} collections`,
+        { cause: error },
+      );
+    }
   }
 
   private openBacklogChannel(connection: ChannelModel): Promise<Channel> {

@@ -1,4 +1,12 @@
-import { type Consumer, type ConsumerConfig, createConsumer, DeadLetters, silentLogger } from '@oncely/core';
+import {
+  type BrokerAdapter,
+  type Consumer,
+  type ConsumerConfig,
+  createConsumerWith,
+  DeadLetters,
+  type Logger,
+} from '@oncely/core';
+import { createAdapter } from '@oncely/rabbitmq';
 import { ConsumerSpy } from '@oncely/testkit';
 import {
   AggregationTemporality,
@@ -23,7 +31,8 @@ import {
 // exporter, DELTA temporality (a collection shows only what its callbacks observed): the
 // `${queue}.dlq` depth from a passive declare after N dead letters, 0 after a replay and
 // a discard, no oldest age (AMQP reports none), nothing while the DLQ is missing, and
-// the depth again once it is back (the refused declare closed the gauges' channel).
+// the depth again once it is back (the refused declare closed the gauges' channel; the
+// next calls back off rather than open a channel per collection).
 const available = await servicesAvailable();
 
 const exporter = new InMemoryMetricExporter(AggregationTemporality.DELTA);
@@ -73,11 +82,21 @@ describe.skipIf(!available)('RabbitMQ dead-letter gauges (real RabbitMQ + Postgr
     const queue = unique('gauges');
     const name = `c-${queue}`;
     const broken = { on: true };
+    const gaugeWarnings: unknown[] = [];
+    const quiet = () => {};
+    const logger: Logger = {
+      debug: quiet,
+      info: quiet,
+      error: quiet,
+      warn: (message, fields) => {
+        if (message.startsWith('dead-letter gauges')) gaugeWarnings.push(fields?.error);
+      },
+    };
     const config: ConsumerConfig<Body> = {
       name,
       broker: { type: 'rabbitmq', url: RABBITMQ_URL, queue },
       store: db.store,
-      logger: silentLogger,
+      logger,
       maxAttempts: 1,
       concurrency: 4,
       telemetry: { meterProvider },
@@ -86,7 +105,11 @@ describe.skipIf(!available)('RabbitMQ dead-letter gauges (real RabbitMQ + Postgr
         await ctx.tx.query(`INSERT INTO "${db.schema}".effects(message_id) VALUES ($1)`, [message.id]);
       },
     };
-    const consumer: Consumer<Body> = await createConsumer(config);
+    let adapter: BrokerAdapter | undefined;
+    const consumer: Consumer<Body> = createConsumerWith(config, (section, options) => {
+      adapter = createAdapter(section, options);
+      return adapter;
+    });
     const spy = new ConsumerSpy().attach(consumer);
     await consumer.start();
     cleanups.push(() => deleteTopology(raw, queue));
@@ -115,14 +138,31 @@ describe.skipIf(!available)('RabbitMQ dead-letter gauges (real RabbitMQ + Postgr
     await dlq.discard({ all: true }, { by: 'gauge-test' });
     expect(await deadLetterGauges(name)).toEqual({ 'oncely.dead_letters.depth': 0 });
 
-    // The DLQ deleted: the passive declare is refused (404), nothing is observed, twice
-    // (the refused declare closed the gauges' channel; the next collection opens another).
+    // The DLQ deleted: the passive declare is refused (404, which closes the gauges'
+    // channel) and nothing is observed. The next collections do not open a channel each
+    // to be refused again: they back off, and one warning says why.
+    const connection = (adapter as unknown as { connection: { createChannel(): Promise<unknown> } })
+      .connection;
+    const createChannel = connection.createChannel.bind(connection);
+    let opened = 0;
+    connection.createChannel = () => {
+      opened++;
+      return createChannel();
+    };
     await raw.deleteQueues(`${queue}.dlq`);
-    expect(await deadLetterGauges(name)).toEqual({});
-    expect(await deadLetterGauges(name)).toEqual({});
+    for (let i = 0; i < 5; i++) expect(await deadLetterGauges(name)).toEqual({});
+    expect(opened, 'channels opened by 5 collections with the DLQ missing').toBeLessThanOrEqual(2);
+    expect(gaugeWarnings).toHaveLength(1);
+    expect(String(gaugeWarnings[0])).toContain('404');
     const ch = await raw.freshChannel();
     await ch.assertQueue(`${queue}.dlq`, { durable: true });
     await ch.close();
+    // Seen again once the back-off is over (a number of collections, not a time).
+    await waitFor(
+      async () => (await deadLetterGauges(name))['oncely.dead_letters.depth'] === 0,
+      'the depth once the DLQ is back',
+      30_000,
+    );
     expect(await deadLetterGauges(name)).toEqual({ 'oncely.dead_letters.depth': 0 });
 
     await consumer.stop();

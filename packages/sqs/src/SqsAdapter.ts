@@ -288,7 +288,7 @@ export class SqsAdapter implements BrokerAdapter {
   async deadLetterBacklog(signal: AbortSignal): Promise<DeadLetterBacklog | undefined> {
     const route = this.route;
     if (route.kind !== 'queue') return undefined;
-    return { depth: await this.queue.messageCount(route.url, signal) };
+    return { depth: await this.queue.messageCount(route.url, signal), queue: route.url };
   }
 
   // ------------------------------------------------------------------------------------

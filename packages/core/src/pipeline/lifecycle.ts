@@ -51,7 +51,9 @@ export class Lifecycle {
           ? error
           : new BrokerConnectionError(adapter.type, adapter.address, { cause: error });
       });
-      this.observeDeadLetters();
+      // stop() ran meanwhile (during the ping or the adapter's start): it already called
+      // the still no-op unobserve, so gauges registered now would never be removed.
+      if (!this.stopping.signal.aborted) this.observeDeadLetters();
     } catch (error) {
       this.state = 'stopped';
       this.stopping.abort();

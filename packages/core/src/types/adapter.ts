@@ -93,10 +93,17 @@ export interface Delivery {
  *
  * @example
  * ```ts
- * const backlog: DeadLetterBacklog = { depth: 3, oldestAgeMs: 42_000 };
+ * const backlog: DeadLetterBacklog = { depth: 3, oldestAgeMs: 42_000, queue: 'orders.dlq' };
  * ```
  */
 export interface DeadLetterBacklog {
+  /**
+   * The dead-letter queue counted, as the adapter names it (RabbitMQ: the queue's name;
+   * SQS: its URL; memory: the consumer's queue, whose dead-letter list it is): the gauges'
+   * `messaging.destination.name`, so consumers of one name on different queues are
+   * different series.
+   */
+  queue: string;
   /** Dead letters the queue holds now (approximate where the broker's count is: SQS). */
   depth: number;
   /**
@@ -176,9 +183,9 @@ export interface BrokerAdapter {
    * broker call: no new connection, nothing consumed), for the consumer's dead-letter
    * gauges. Only called between `start()` and `stop()`, at most one call at a time. Resolves
    * undefined when there is nothing to report (no dead-letter queue known); rejects when the
-   * broker cannot answer. `signal` aborts when the core stops waiting (its timeout): end the
-   * broker call then where the client can. Absent where the broker cannot count its
-   * dead letters cheaply (Pub/Sub, Kafka).
+   * broker cannot answer. `signal` aborts when the core stops waiting (its timeout, or `stop()`
+   * began): end the broker call then where the client can. Absent where the broker cannot count its
+   * dead letters cheaply (Service Bus, Pub/Sub, Kafka).
    */
   deadLetterBacklog?(signal: AbortSignal): Promise<DeadLetterBacklog | undefined>;
 }

@@ -7,7 +7,7 @@ import type {
   OutboxSendResult,
   SqlClient,
 } from '@oncely/core';
-import { ConfigError, retryDelayMs, stderrLogger } from '@oncely/core';
+import { ConfigError, GaugeReadLog, retryDelayMs, stderrLogger } from '@oncely/core';
 import type { PostgresStore } from '../PostgresStore.js';
 import type { OutboxQueries } from './outboxQueries.js';
 import { type OutboxStats, readOutboxStats } from './PostgresOutbox.js';
@@ -133,6 +133,11 @@ interface RelayMeter {
  * slow table must not hold up the metric collection of the whole process.
  */
 const GAUGE_QUERY_TIMEOUT_MS = 5_000;
+/**
+ * How long a collection waits for the gauges' stats, pooled connection and transaction
+ * included; the statement timeout cuts the query itself off first on a real server.
+ */
+const GAUGE_QUERY_WAIT_MS = GAUGE_QUERY_TIMEOUT_MS + 1_000;
 
 const SETTLE_START_MS = 10;
 
@@ -188,8 +193,10 @@ export class Relay extends EventEmitter {
   private unlisten: (() => Promise<void>) | undefined;
   private listening = false;
   private instruments: RelayInstruments | undefined;
-  /** The gauges' stats query while it runs. */
-  private gaugeQuery: Promise<OutboxStats | undefined> | undefined;
+  /** The gauges' stats query while it runs (settled either way). */
+  private gaugeQuery: Promise<void> | undefined;
+  /** Logs the gauges' stats query starting to fail, and answering again. */
+  private readonly gaugeFailures: GaugeReadLog;
 
   constructor(options: RelayOptions) {
     super();
@@ -210,6 +217,14 @@ export class Relay extends EventEmitter {
     this.sendTimeoutMs = positiveInteger('sendTimeoutMs', options.sendTimeoutMs ?? 120_000);
     this.name = options.name ?? 'relay';
     this.log = options.logger ?? stderrLogger;
+    this.gaugeFailures = new GaugeReadLog(
+      this.log,
+      {
+        failing: 'outbox relay gauges: the stats query failed; the gauges observe nothing until it answers',
+        recovered: 'outbox relay gauges: the stats query answers again',
+      },
+      { relay: this.name },
+    );
     // Unhandled 'error' events would crash the process; the relay reports and carries on.
     this.on('error', () => {});
   }
@@ -597,28 +612,41 @@ export class Relay extends EventEmitter {
 
   /**
    * The backlog for the gauges, or undefined when the relay is not running or the query
-   * failed, or did not answer within {@link GAUGE_QUERY_TIMEOUT_MS} (the server cuts the
-   * statement off then; a wait for a pooled connection is cut here). Never rejects: a
-   * gauge callback that throws would fail the whole collection, and a made-up 0 would hide
-   * a backlog. A query still running from an earlier collection is not doubled.
+   * failed, or did not answer within {@link GAUGE_QUERY_WAIT_MS} (a wait for a pooled
+   * connection, or a server that does not enforce the statement timeout: PGlite). Never
+   * rejects: a gauge callback that throws would fail the whole collection, and a made-up 0
+   * would hide a backlog. A query still running from an earlier collection is not doubled.
+   * Failures are logged as a warning when they start (rate-limited), and the recovery at
+   * info ({@link GaugeReadLog}).
    */
   private async backlogStats(): Promise<OutboxStats | undefined> {
     if (!this.running || this.stopping || this.gaugeQuery) return undefined;
-    const query = this.store
-      .transaction((tx) => readOutboxStats(tx, this.queries, GAUGE_QUERY_TIMEOUT_MS))
-      .catch(() => undefined);
-    this.gaugeQuery = query;
+    const query = this.store.transaction((tx) => readOutboxStats(tx, this.queries, GAUGE_QUERY_TIMEOUT_MS));
+    const settled = query.then(
+      () => {},
+      () => {},
+    );
+    this.gaugeQuery = settled;
+    void settled.finally(() => {
+      if (this.gaugeQuery === settled) this.gaugeQuery = undefined;
+    });
     let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<undefined>((resolve) => {
-      timer = setTimeout(() => resolve(undefined), GAUGE_QUERY_TIMEOUT_MS + 1000);
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`the stats query did not answer within ${GAUGE_QUERY_WAIT_MS} ms`)),
+        GAUGE_QUERY_WAIT_MS,
+      );
+      timer.unref();
     });
     try {
-      return await Promise.race([query, timeout]);
+      const stats = await Promise.race([query, timeout]);
+      this.gaugeFailures.succeeded();
+      return stats;
+    } catch (error) {
+      if (!this.stopping) this.gaugeFailures.failed(error);
+      return undefined;
     } finally {
       clearTimeout(timer);
-      void query.finally(() => {
-        if (this.gaugeQuery === query) this.gaugeQuery = undefined;
-      });
     }
   }
 }

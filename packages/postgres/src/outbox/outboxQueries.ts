@@ -149,12 +149,14 @@ export function buildOutboxQueries(s: string): OutboxQueries {
       FROM unnest($1::bigint[], $2::text[], $3::double precision[], $4::boolean[]) AS f(position, error, delay_ms, dead)
       WHERE o.position = f.position
       RETURNING 1 AS failed`,
+    // One subquery per status, each matching one partial index's predicate exactly (0009):
+    // a single scan for both statuses (status IN (...)) has no index to use, and read the
+    // whole table, sent rows included.
     stats: `SELECT
-        count(*) FILTER (WHERE status = 'pending')::integer AS pending,
-        count(*) FILTER (WHERE status = 'failed')::integer AS failed,
-        (extract(epoch FROM (now() - min(created_at) FILTER (WHERE status = 'pending'))) * 1000)::double precision
-          AS oldest_pending_ms
-      FROM ${t} WHERE status IN ('pending', 'failed')`,
+        (SELECT count(*) FROM ${t} WHERE status = 'pending')::integer AS pending,
+        (SELECT count(*) FROM ${t} WHERE status = 'failed')::integer AS failed,
+        (extract(epoch FROM (now() - (SELECT min(created_at) FROM ${t} WHERE status = 'pending'))) * 1000)::double precision
+          AS oldest_pending_ms`,
     stuck: `SELECT id, destination, key, status, attempts, last_error, created_at, next_attempt_at
       FROM ${t}
       WHERE status = 'failed' OR (status = 'pending' AND attempts > 0)
