@@ -1,10 +1,11 @@
 // Preloaded into every Node process of a test run by scripts/cpu-profile.sh (NODE_OPTIONS
 // --require): at exit, one JSON line with the process's own CPU time and that of the
 // children it reaped (every descendant, Node or not: a JVM, psql, npm), and the test file
-// when the process is a vitest worker. Off unless ONCELY_CPU_LOG names the file.
+// when the process is a vitest worker. Off unless CPU_PROFILE_LOG names the file (no ONCELY_
+// prefix: Oncely's configuration refuses ONCELY_ names it does not know).
 'use strict';
 const fs = require('node:fs');
-const log = process.env.ONCELY_CPU_LOG;
+const log = process.env.CPU_PROFILE_LOG;
 if (log) {
   const started = Date.now();
   let recorded = false;

@@ -10,7 +10,7 @@
 #   bash scripts/cpu-profile.sh npx vitest run --project chaos
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${ONCELY_CPU_DIR:-$(mktemp -d /tmp/oncely-cpu.XXXX)}"
+out="${CPU_PROFILE_DIR:-$(mktemp -d /tmp/oncely-cpu.XXXX)}"
 mkdir -p "$out"
 servers() {
   # name cpu-ticks for every process of the shared servers
@@ -24,7 +24,7 @@ head -1 /proc/stat > "$out/stat.before"
 servers > "$out/servers.before"
 if [ "$#" -eq 0 ]; then set -- bash scripts/test.sh; fi
 started=$(date +%s)
-ONCELY_CPU_LOG="$out/processes.jsonl" NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--require $PWD/scripts/cpu-hook.cjs" "$@"
+CPU_PROFILE_LOG="$out/processes.jsonl" NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--require $PWD/scripts/cpu-hook.cjs" "$@"
 status=$?
 echo "$(( $(date +%s) - started ))" > "$out/wall"
 head -1 /proc/stat > "$out/stat.after"

@@ -2,8 +2,9 @@
  * The outbox across a chain of services (lib/outboxChaos.mjs): orders on RabbitMQ →
  * consumer A writes a payment and publishes "payment made" through the outbox → the relay
  * sends it to SQS (fauxqs) → consumer B writes a receipt. Two processes of each role run;
- * 20 SIGKILLs at random hit consumers and relays over 5,000 orders (10,000 and 24 until
- * 2026-12-05, halved for the CI budget; lib/outboxChaos.mjs takes any size). Counted from rows:
+ * 12 SIGKILLs hit consumers and relays (each role in turn) over 2,000 orders in CI (the
+ * issue's 10,000 orders and 24 kills run by hand: RESULTS.md; lib/outboxChaos.mjs takes
+ * any size). Counted from rows:
  * exactly one payment and one receipt per order.
  *
  * A destination that fails for a stretch: a RabbitMQ exchange (audit events of every 4th
@@ -38,8 +39,8 @@ async function outboxChaos(options: Parameters<typeof runOutboxChaos>[0]): Promi
 describe.skipIf(!hasPostgres || !hasRabbit)(
   'chaos: the outbox carries exactly-once across two services',
   () => {
-    it('5,000 orders, 20 SIGKILLs of consumers and relays: one payment and one receipt per order', async () => {
-      const result = await outboxChaos({ orders: 5_000, kills: 20, seed: 17 });
+    it('2,000 orders, 12 SIGKILLs of consumers and relays (4 of each role): one payment and one receipt per order', async () => {
+      const result = await outboxChaos({ orders: 2_000, kills: 12, seed: 17 });
       expect({
         lost: result.lost,
         doubled: result.doubled,
@@ -51,16 +52,14 @@ describe.skipIf(!hasPostgres || !hasRabbit)(
         lostIds: [],
         doubledIds: [],
       });
-      expect(result.paymentRows).toBe(5_000);
-      expect(result.receiptRows).toBe(5_000);
+      expect(result.paymentRows).toBe(2_000);
+      expect(result.receiptRows).toBe(2_000);
       expect(result.drained).toBe(true);
-      expect(result.outbox).toEqual({ sent: 5_000 });
+      expect(result.outbox).toEqual({ sent: 2_000 });
       expect(result.unexpectedExits, 'processes that died without being killed').toBe(0);
-      expect(result.kills).toBe(20);
-      // Every role was killed, or the run proves nothing about that role's crash.
-      expect(result.killsBy.payments, 'kills of consumer A').toBeGreaterThan(0);
-      expect(result.killsBy.relay, 'kills of the relay').toBeGreaterThan(0);
-      expect(result.killsBy.receipts, 'kills of consumer B').toBeGreaterThan(0);
+      expect(result.kills).toBe(12);
+      // Every role was killed (in turn), or the run proves nothing about that role's crash.
+      expect(result.killsBy).toEqual({ payments: 4, relay: 4, receipts: 4 });
     });
 
     it('a destination missing for a stretch, relays SIGKILLed in it: healthy keys flow, its rows wait, then lost 0 / doubled 0', async () => {

@@ -339,8 +339,13 @@ export async function runOutboxChaos(options = {}) {
       note(`${orders} orders published`);
     })();
 
-    // The kills: at evenly spread progress points, a random live process of a random role.
+    // The kills: at evenly spread progress points, a random live process of each role in
+    // turn (payments, relay, receipts, ...), so that every role is killed whatever the
+    // timing (a random role each time left one out now and then at a dozen kills). A relay
+    // is not killed while the outage runs (its own kills are counted there): that turn goes
+    // to the next role.
     let done = 0;
+    let turn = 0;
     const deadline = Date.now() + timeoutMs;
     while (done < kills && Date.now() < deadline) {
       const target = ((done + 1) / (kills + 1)) * orders * 2;
@@ -348,14 +353,18 @@ export async function runOutboxChaos(options = {}) {
         await sleep(50);
         continue;
       }
+      let planned = killRoles[turn % killRoles.length];
+      if (outageRunning && planned === 'relay' && killRoles.length > 1)
+        planned = killRoles[++turn % killRoles.length];
       const candidates = [...live.entries()].filter(
-        ([, e]) =>
-          killRoles.includes(e.role) && e.ready && !e.killed && !(outageRunning && e.role === 'relay'),
+        ([, e]) => e.role === planned && e.ready && !e.killed && !(outageRunning && e.role === 'relay'),
       );
       if (candidates.length === 0) {
+        // Its processes are starting (a replacement takes a moment): wait for one.
         await sleep(50);
         continue;
       }
+      turn++;
       const [label, entry] = candidates[Math.floor(random() * candidates.length)];
       entry.killed = true;
       entry.child.kill('SIGKILL');
