@@ -19,8 +19,8 @@ fi
 # A full run: the main vitest run, then the runs that change or restart something
 # server-wide one at a time; the type check and three runs that touch nothing shared (two on
 # Node 22, ElasticMQ on a port of its own) run beside them in the background, their output
-# printed when they end. Every run goes to the end, so one failure does not hide another; the status is the
-# worst. Background runs still going when this script exits early are stopped with it.
+# printed when they end. Every run goes to the end, so one failure does not hide another;
+# the status is the worst. Background runs still going when this script exits early are stopped with it.
 logs="$(mktemp -d)"
 status=0
 # Each background run is a process group of its own (setsid), so stopping it stops what it
@@ -45,8 +45,10 @@ trap 'exit 143' TERM
 # the sequencer is regenerated from) to the main run.
 # A failed fetch fails the command at the end, like any other run, after the rest has run.
 # Types of the tests too (vitest strips types without checking them), beside the main run:
-# a minute of tsc, one package at a time, off the command's critical path.
-setsid -w npx turbo run typecheck --output-logs=errors-only --concurrency=1 >"$logs/typecheck.log" 2>&1 &
+# a minute of tsc, one package at a time, off the command's critical path. --only: not the
+# builds it depends on (done above), whose cache hits could restore dist/ files while the
+# main run imports them.
+setsid -w npx turbo run typecheck --only --output-logs=errors-only --concurrency=1 >"$logs/typecheck.log" 2>&1 &
 typecheck=$!
 if ONCELY_ELASTICMQ_FETCH_ONLY=1 bash packages/sqs/scripts/elasticmq-conformance.sh >"$logs/elasticmq.log" 2>&1; then
   SQS_ELASTICMQ_ONLY=1 setsid -w bash packages/sqs/scripts/elasticmq-conformance.sh --maxWorkers=1 --no-cache test/conformance.test.ts \
