@@ -6,10 +6,12 @@ import LongestFirstSequencer from './test/sequencer/longestFirst.ts';
 export default defineConfig({
   test: {
     projects: ['packages/*/vitest.config.ts', 'test/*/vitest.config.ts', 'examples/*/vitest.config.ts'],
-    // Most test time is waiting on brokers, leases and timers, not CPU, but the 2-core
-    // machine is saturated at three files at a time (load average 5-15): more workers only
-    // stretch each file. The whole command takes 28-32 min there (its budget is 25 min:
-    // see the stop notes of issue 25 for where the time goes).
+    // Three files at a time on the 2-core machine. Measured (vmstat, scripts/cpu-profile.sh):
+    // the first eight minutes, the chaos and packaging files that the sequencer puts first,
+    // keep both cores busy (run queue 10-18), where more workers only stretch every file;
+    // the middle of the run mostly waits on leases, with 10-50 % of the CPU idle. The whole
+    // command took 25 min on a fresh clone there (2026-12-06; its budget is 25 min: see the
+    // stop notes of issue 25 for where the time goes).
     maxWorkers: 3,
     // The longest files first, from a measured run's durations: see the sequencer.
     sequence: { sequencer: LongestFirstSequencer },
