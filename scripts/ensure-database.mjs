@@ -8,7 +8,9 @@ import pg from 'pg';
 const url = new URL(process.argv[2] ?? '');
 const database = decodeURIComponent(url.pathname.slice(1));
 if (!/^\w+$/.test(database)) {
-  console.error(`ensure-database: expected a URL naming a database of word characters, got ${process.argv[2]}`);
+  console.error(
+    `ensure-database: expected a URL naming a database of word characters, got ${process.argv[2]}`,
+  );
   process.exit(2);
 }
 url.pathname = '/postgres';

@@ -69,7 +69,11 @@ export const FEATURES: AdapterFeatures = {
  * expire on their own once idle (`x-expires` on on-demand delay queues).
  */
 const RETRY_DELAY_BUCKETS: number[] = [];
-for (let bucket = retryDelayBucket(1, undefined); bucket <= 120_000; bucket = retryDelayBucket(bucket + 1, undefined))
+for (
+  let bucket = retryDelayBucket(1, undefined);
+  bucket <= 120_000;
+  bucket = retryDelayBucket(bucket + 1, undefined)
+)
   RETRY_DELAY_BUCKETS.push(bucket);
 
 /** `store: 'mysql'`: the same scenarios with @oncely/mysql on the real MariaDB. */
@@ -179,7 +183,11 @@ export function rabbitHarness(
           // By name, over AMQP (deleting a queue that does not exist is not an error there):
           // listing the queues through rabbitmqctl cost ~1 CPU-s and ~3 s per scenario.
           const ch = await raw.freshChannel();
-          for (const name of [queue, `${queue}.dlq`, ...RETRY_DELAY_BUCKETS.map((ms) => delayQueueName(queue, ms))])
+          for (const name of [
+            queue,
+            `${queue}.dlq`,
+            ...RETRY_DELAY_BUCKETS.map((ms) => delayQueueName(queue, ms)),
+          ])
             await ch.deleteQueue(name).catch(() => {});
           await ch.deleteExchange(`${queue}.dlx`).catch(() => {});
           await ch.close().catch(() => {});
