@@ -16,53 +16,40 @@ if [ "$#" -ne 0 ]; then
   npx turbo run typecheck --output-logs=errors-only
   exec npx vitest run "$@"
 fi
-# A full run. The main vitest run holds the machine's two cores for its first minutes (the
-# long chaos and packaging files start first) and then mostly waits on leases, 10-50 % of
-# the CPU idle (vmstat over fresh-clone runs, 2026-12-06). So the runs that share nothing
-# with it start into that idle middle, `side_delay` seconds after it (or at once when it
-# ends first): the type check, the two Node 22 runs (a database and a Kafka broker of their
-# own) and the PostgreSQL-restart chaos run (a cluster of its own). ElasticMQ, which
-# mostly waits on visibility timeouts, starts with the main run. Only what changes a
-# server-wide setting runs alone, after everything else. Each background run's output is
-# printed when it ends. Every run goes to the end, so one failure does not hide another;
-# the status is the worst. Background runs still going when this script exits early are
-# stopped with it.
+# A full run: the main vitest run, then the runs that change or restart something
+# server-wide one at a time; the type check and three runs that touch nothing shared (two on
+# Node 22, ElasticMQ on a port of its own) run beside them in the background, their output
+# printed when they end. Every run goes to the end, so one failure does not hide another;
+# the status is the worst. Background runs still going when this script exits early are stopped with it.
 logs="$(mktemp -d)"
 status=0
-side_delay="${TEST_SIDE_RUNS_DELAY_S:-420}"
-main_done="$logs/main.done"
 # Each background run is a process group of its own (setsid), so stopping it stops what it
-# started too (vitest, a JVM); one still waiting for its start is a plain process.
-# Interrupted: stop at once, not on to the next run (vitest exits 130/143 on SIGINT/SIGTERM,
-# which a failed run's `status=1` would otherwise take for a failure).
+# started too (vitest, a JVM). Interrupted: stop at once, not on to the next run (vitest
+# exits 130/143 on SIGINT/SIGTERM, which `|| status=1` would otherwise take for a failure).
 stop_background() {
-  for pid in $(jobs -p); do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in $(jobs -p); do kill -TERM -- "-$pid" 2>/dev/null || true; done
   rm -rf "$logs"
 }
 trap stop_background EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-# in_the_middle COMMAND...: (in a background subshell) becomes COMMAND once the main run has
-# run `side_delay` seconds, or as soon as it has ended. A start time only: nothing in any
-# run waits on this clock.
-in_the_middle() {
-  local waited
-  for ((waited = 0; waited < side_delay; waited++)); do
-    [ -e "$main_done" ] && break
-    sleep 1
-  done
-  exec "$@"
-}
 # The SQS suite's broker-facing files again, on ElasticMQ (a second SQS implementation,
-# from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not. Four to
-# seven minutes that mostly wait on visibility timeouts (random schemas, queues on a server
-# of its own: nothing it shares with the main run's SQS files; SQS_ELASTICMQ_ONLY leaves out
+# from Maven Central): FIFO groups as real SQS returns them, which fauxqs does not. It
+# starts with the main run, not after it: four to seven minutes that mostly wait on
+# visibility timeouts, off the end of the command (random schemas, queues on a server of
+# its own: nothing it shares with the main run's SQS files; SQS_ELASTICMQ_ONLY leaves out
 # the fauxqs suites of its files, which the main run has). Its jars are fetched first, in
 # the foreground: two Maven processes (the kafka project's global setup fetches too) must
 # not fill ~/.m2 at once. One file at a time, so it adds one worker beside the main run's
 # three, not three. --no-cache: the side runs leave vitest's results cache (the durations
 # the sequencer is regenerated from) to the main run.
 # A failed fetch fails the command at the end, like any other run, after the rest has run.
+# Types of the tests too (vitest strips types without checking them), beside the main run:
+# a minute of tsc, one package at a time, off the command's critical path. --only: not the
+# builds it depends on (done above), whose cache hits could restore dist/ files while the
+# main run imports them.
+setsid -w npx turbo run typecheck --only --output-logs=errors-only --concurrency=1 >"$logs/typecheck.log" 2>&1 &
+typecheck=$!
 if ONCELY_ELASTICMQ_FETCH_ONLY=1 bash packages/sqs/scripts/elasticmq-conformance.sh >"$logs/elasticmq.log" 2>&1; then
   SQS_ELASTICMQ_ONLY=1 setsid -w bash packages/sqs/scripts/elasticmq-conformance.sh --maxWorkers=1 --no-cache test/conformance.test.ts \
     test/fifoOrdering.test.ts test/fifoFollowers.test.ts test/elasticmq.test.ts >>"$logs/elasticmq.log" 2>&1 &
@@ -70,65 +57,51 @@ else
   (echo "fetching ElasticMQ's jars failed: the ElasticMQ run did not start"; exit 1) >>"$logs/elasticmq.log" 2>&1 &
 fi
 elasticmq=$!
-# Types of the tests too (vitest strips types without checking them): a minute of tsc, one
-# package at a time. --only: not the builds it depends on (done above), whose cache hits
-# could restore dist/ files while the main run imports them.
-in_the_middle setsid -w npx turbo run typecheck --only --output-logs=errors-only --concurrency=1 >"$logs/typecheck.log" 2>&1 &
-typecheck=$!
-# Node 20 is past its end of life: the unit, store and memory-broker suites run again on
-# Node 22, from npm's node@22 package (it ships the binary; npx caches it after the first
-# fetch). Not a root devDependency: its `node` bin would shadow the system node for every
-# npm script. The postgres project has fixed schema names (errors.test.ts's
-# 'oncely_explicit', ...), so this run gets a database of its own on the same server.
-node22_database_url="${DATABASE_URL%/*}/oncely_node22"
-in_the_middle setsid -w bash -c '
-  node scripts/ensure-database.mjs "$1" && DATABASE_URL="$1" npx -y -p "$2" -c \
-    "echo \"Node \$(node --version): core, postgres, memory\" && node node_modules/vitest/vitest.mjs run --no-cache --project core --project postgres --project memory"
-' node22 "$node22_database_url" "${ONCELY_NODE22:-node@22}" >"$logs/node22.log" 2>&1 &
-node22=$!
-# Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker of its own that the
-# kafka project's globalSetup starts on other ports and another data directory than the
-# main run's: conformance and rebalance, the same files the kafkajs runs pass; and send(),
-# the outbox producer, findDeadLetters and diagnose on it (about 10 s together).
-in_the_middle setsid -w env KAFKA_PORT=29092 KAFKA_CONTROLLER_PORT=29093 KAFKA_PROXIED_PORT=29094 \
-  KAFKA_PROXY_PORT=29095 KAFKA_DEDICATED_BASE_PORT=29100 KAFKA_DATA_DIR="$logs/kafka-data" \
-  KAFKA_LOG_FILE="$logs/kafka-platformatic.log" ONCELY_KAFKA_CLIENT=platformatic \
-  npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-  'echo "Node $(node --version): kafka on @platformatic/kafka" && node node_modules/vitest/vitest.mjs run --no-cache --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts' \
-  >"$logs/kafkaPlatformatic.log" 2>&1 &
-kafkaPlatformatic=$!
-# A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
-# shared one is never restarted); it checks the server is back before it ends. Its
-# consumers are on the shared RabbitMQ, so it ends before the consumer_timeout run below.
-in_the_middle setsid -w bash test/chaos/pgRestart.sh >"$logs/pgRestart.log" 2>&1 &
-pgRestart=$!
-# summary NAME STATUS LOG: one line of the closing summary, with the failures the log names.
-# CI shows only the end of a long output: the summary is what it must show.
+# record NAME RESULT LOG: one line of the closing summary, with the failures LOG names. CI
+# shows only the end of a long output (the refused stop 40's failure was above it, unseen):
+# the summary is what that end must hold.
 summary=""
 record() {
   local name=$1 result=$2 log=$3
   summary+="${name}: ${result}"$'\n'
   if [ "$result" = FAILED ] && [ -f "$log" ]; then
-    # vitest's failed files and tests (× / FAIL lines), the type checker's errors, shell
+    # vitest's failed files and tests (× / FAIL lines), the type checker's errors, the shell
     # scripts' own FAILED lines; colour codes stripped.
     summary+="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^ *(×|FAIL)|error TS|FAILED|Error:' | head -n 40)"$'\n'
   fi
 }
-run_logged() { # NAME COMMAND...: runs in the foreground, output shown and kept for the summary
+# run_logged NAME COMMAND...: in the foreground, its output shown and kept for the summary.
+run_logged() {
   local name=$1
   shift
-  if "$@" 2>&1 | tee "$logs/${name}.log"; then record "$name" passed "$logs/${name}.log"
-  else record "$name" FAILED "$logs/${name}.log"; status=1; fi
+  if "$@" 2>&1 | tee "$logs/${name}.log"; then
+    record "$name" passed "$logs/${name}.log"
+  else
+    record "$name" FAILED "$logs/${name}.log"
+    status=1
+  fi
 }
 run_logged main npx vitest run
-touch "$main_done"
-if wait "$pgRestart"; then result=passed; else result=FAILED; status=1; fi
-echo "---- pgRestart (${result}) ----"
-cat "$logs/pgRestart.log"
-record pgRestart "$result" "$logs/pgRestart.log"
-# RabbitMQ's server-wide consumer_timeout, lowered and restored by the test itself: alone,
-# after every other RabbitMQ consumer of this command has ended (ElasticMQ's, the Node 22
-# runs' and the type check use no RabbitMQ).
+# Node 20 is past its end of life: the unit, store and memory-broker suites run again on
+# Node 22, from npm's node@22 package (it ships the binary; npx caches it after the first
+# fetch). Not a root devDependency: its `node` bin would shadow the system node for every
+# npm script. After the main run: it runs the same projects, some with fixed schema names.
+setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
+  'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --no-cache --project core --project postgres --project memory' \
+  >"$logs/node22.log" 2>&1 &
+node22=$!
+# Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker the kafka
+# project's globalSetup starts for this run (the main run's broker is stopped by then):
+# conformance and rebalance, the same files the kafkajs runs above passed; and send(),
+# the outbox producer, findDeadLetters and diagnose on it (about 10 s together).
+setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
+  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts' \
+  >"$logs/kafkaPlatformatic.log" 2>&1 &
+kafkaPlatformatic=$!
+# A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
+# shared one is never restarted); it checks the server is back before it ends.
+run_logged pgRestart bash test/chaos/pgRestart.sh
+# RabbitMQ's server-wide consumer_timeout, lowered and restored by the test itself.
 run_logged rabbitmqConsumerTimeout npx vitest run --config packages/rabbitmq/vitest.slow.config.ts
 for job in typecheck node22 kafkaPlatformatic elasticmq; do
   if wait "${!job}"; then result=passed; else result=FAILED; status=1; fi
