@@ -57,18 +57,25 @@ else
   (echo "fetching ElasticMQ's jars failed: the ElasticMQ run did not start"; exit 1) >>"$logs/elasticmq.log" 2>&1 &
 fi
 elasticmq=$!
-# record NAME RESULT LOG: one line of the closing summary, with the failures LOG names. CI
-# shows only the end of a long output (the refused stop 40's failure was above it, unseen):
-# the summary is what that end must hold.
-summary=""
+# record NAME RESULT LOG: a line of the closing summary, and for a failed run the failures
+# its log names. CI shows only the end of a long output (the refused stop 40's failure was
+# above it, unseen): that end must say which run failed and why.
+statuses=""
+failures=""
 record() {
-  local name=$1 result=$2 log=$3
-  summary+="${name}: ${result}"$'\n'
-  if [ "$result" = FAILED ] && [ -f "$log" ]; then
-    # vitest's failed files and tests (× / FAIL lines), the type checker's errors, the shell
-    # scripts' own FAILED lines; colour codes stripped.
-    summary+="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^ *(×|FAIL)|error TS|FAILED|Error:' | head -n 40)"$'\n'
+  local name=$1 result=$2 log=$3 lines=""
+  statuses+="${name}: ${result}"$'\n'
+  [ "$result" = FAILED ] || return 0
+  if [ -f "$log" ]; then
+    # vitest's closing list of failed files and tests (` FAIL  project file > test`, each
+    # followed by its error), the type checker's errors, the scripts' own FAILED lines;
+    # colour codes stripped, repeats dropped; -a: a log holding a NUL byte is still read as
+    # text; `|| true`: no matching line must not end this script (set -e, pipefail).
+    lines="$(sed 's/\x1b\[[0-9;]*m//g' "$log" |
+      grep -aE '^ FAIL |error TS[0-9]+|\] FAILED|did not start|[A-Za-z]*Error: ' |
+      awk '!seen[$0]++' | sed -n '1,30p' || true)"
   fi
+  failures+="-- ${name} --"$'\n'"${lines:-(no failure line matched: see its output above)}"$'\n'
 }
 # run_logged NAME COMMAND...: in the foreground, its output shown and kept for the summary.
 run_logged() {
@@ -110,5 +117,5 @@ for job in typecheck node22 kafkaPlatformatic elasticmq; do
   record "$job" "$result" "$logs/${job}.log"
 done
 echo "==== test command summary ===="
-printf '%s' "$summary"
+printf '%s' "$failures" "$statuses"
 exit "$status"
