@@ -9,7 +9,8 @@ export default defineConfig({
     // Three files at a time on the 2-core machine. Measured (vmstat, scripts/cpu-profile.sh):
     // the first eight minutes, the chaos and packaging files that the sequencer puts first,
     // keep both cores busy (run queue 10-18), where more workers only stretch every file;
-    // the middle of the run mostly waits on leases, with 10-50 % of the CPU idle. The whole
+    // the middle of the run mostly waits on leases, with 10-50 % of the CPU idle, yet filling
+    // it with the side runs stretched this run by as much as it saved (stop notes). The whole
     // command took 25 min on a fresh clone there (2026-12-06; its budget is 25 min: see the
     // stop notes of issue 25 for where the time goes).
     maxWorkers: 3,

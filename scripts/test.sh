@@ -25,7 +25,7 @@ logs="$(mktemp -d)"
 status=0
 # Each background run is a process group of its own (setsid), so stopping it stops what it
 # started too (vitest, a JVM). Interrupted: stop at once, not on to the next run (vitest
-# exits 130/143 on SIGINT/SIGTERM, which `|| status=1` would otherwise take for a failure).
+# exits 130/143 on SIGINT/SIGTERM, which would otherwise be recorded as a failed run).
 stop_background() {
   for pid in $(jobs -p); do kill -TERM -- "-$pid" 2>/dev/null || true; done
   rm -rf "$logs"

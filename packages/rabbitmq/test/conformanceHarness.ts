@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { MySqlStore } from '@oncely/mysql';
 import { PostgresStore } from '@oncely/postgres';
-import { assertTopology, delayQueueName, REASON_HEADER, retryDelayBucket } from '@oncely/rabbitmq';
+import { assertTopology, REASON_HEADER, retryDelayBucket } from '@oncely/rabbitmq';
 import {
   type AdapterFeatures,
   type AdapterHarness,
@@ -16,6 +16,7 @@ import pg from 'pg';
 import {
   closeConnectionsServerSide,
   DATABASE_URL,
+  deleteTopology,
   queueDepths,
   RABBITMQ_URL,
   type RawBroker,
@@ -182,15 +183,7 @@ export function rabbitHarness(
         async teardown() {
           // By name, over AMQP (deleting a queue that does not exist is not an error there):
           // listing the queues through rabbitmqctl cost ~1 CPU-s and ~3 s per scenario.
-          const ch = await raw.freshChannel();
-          for (const name of [
-            queue,
-            `${queue}.dlq`,
-            ...RETRY_DELAY_BUCKETS.map((ms) => delayQueueName(queue, ms)),
-          ])
-            await ch.deleteQueue(name).catch(() => {});
-          await ch.deleteExchange(`${queue}.dlx`).catch(() => {});
-          await ch.close().catch(() => {});
+          await deleteTopology(raw, queue, RETRY_DELAY_BUCKETS);
         },
       };
       return setup;

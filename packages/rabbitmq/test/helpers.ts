@@ -5,6 +5,7 @@ import { promisify } from 'node:util';
 import type { AdapterRuntime, Delivery, Logger } from '@oncely/core';
 import { silentLogger } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
+import { delayQueueName } from '@oncely/rabbitmq';
 import { type Channel, type ChannelModel, type ConfirmChannel, connect, type GetMessage } from 'amqplib';
 import pg from 'pg';
 
@@ -185,7 +186,7 @@ export async function rawBroker(): Promise<RawBroker> {
 /** Every queue and exchange a test's topology may have created, for cleanup. */
 export async function deleteTopology(raw: RawBroker, queue: string, delays: number[] = []): Promise<void> {
   const ch = await raw.freshChannel();
-  for (const name of [queue, `${queue}.dlq`, ...delays.map((d) => `${queue}.delay.${d}`)]) {
+  for (const name of [queue, `${queue}.dlq`, ...delays.map((d) => delayQueueName(queue, d))]) {
     await ch.deleteQueue(name).catch(() => {});
   }
   await ch.deleteExchange(`${queue}.dlx`).catch(() => {});
