@@ -77,11 +77,16 @@ record() {
   fi
   failures+="-- ${name} --"$'\n'"${lines:-(no failure line matched: see its output above)}"$'\n'
 }
-# run_logged NAME COMMAND...: in the foreground, its output shown and kept for the summary.
+# run_logged NAME COMMAND...: its output shown as it comes and kept for the summary. Run
+# as a background job the script waits on, in a process group of its own: bash runs a
+# trap only once the foreground command has ended, so a SIGTERM (CI's time limit) met a
+# foreground vitest run that went on to its end; `wait` returns at the signal, and the
+# EXIT trap then stops this run's group like the side runs'.
 run_logged() {
   local name=$1
   shift
-  if "$@" 2>&1 | tee "$logs/${name}.log"; then
+  setsid -w bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' "$logs/${name}.log" "$@" &
+  if wait "$!"; then
     record "$name" passed "$logs/${name}.log"
   else
     record "$name" FAILED "$logs/${name}.log"

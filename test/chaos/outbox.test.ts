@@ -2,7 +2,7 @@
  * The outbox across a chain of services (lib/outboxChaos.mjs): orders on RabbitMQ →
  * consumer A writes a payment and publishes "payment made" through the outbox → the relay
  * sends it to SQS (fauxqs) → consumer B writes a receipt. Two processes of each role run;
- * 12 SIGKILLs hit consumers and relays (each role in turn) over 2,000 orders in CI (the
+ * 12 SIGKILLs hit consumers and relays (each role in turn) over 1,200 orders in CI (the
  * issue's 10,000 orders and 24 kills run by hand: RESULTS.md; lib/outboxChaos.mjs takes
  * any size). Counted from rows:
  * exactly one payment and one receipt per order.
@@ -39,8 +39,11 @@ async function outboxChaos(options: Parameters<typeof runOutboxChaos>[0]): Promi
 describe.skipIf(!hasPostgres || !hasRabbit)(
   'chaos: the outbox carries exactly-once across two services',
   () => {
-    it('2,000 orders, 12 SIGKILLs of consumers and relays (4 of each role): one payment and one receipt per order', async () => {
-      const result = await outboxChaos({ orders: 2_000, kills: 12, seed: 17 });
+    it('1,200 orders, 12 SIGKILLs of consumers and relays (4 of each role): one payment and one receipt per order', async () => {
+      // 1,200 orders (was 2,000 until issue 25: the kills are spread by progress, so the
+      // twelve fire at this size too, and the file opens the test command beside the other
+      // chaos files, with both cores saturated).
+      const result = await outboxChaos({ orders: 1_200, kills: 12, seed: 17 });
       expect({
         lost: result.lost,
         doubled: result.doubled,
@@ -52,10 +55,10 @@ describe.skipIf(!hasPostgres || !hasRabbit)(
         lostIds: [],
         doubledIds: [],
       });
-      expect(result.paymentRows).toBe(2_000);
-      expect(result.receiptRows).toBe(2_000);
+      expect(result.paymentRows).toBe(1_200);
+      expect(result.receiptRows).toBe(1_200);
       expect(result.drained).toBe(true);
-      expect(result.outbox).toEqual({ sent: 2_000 });
+      expect(result.outbox).toEqual({ sent: 1_200 });
       expect(result.unexpectedExits, 'processes that died without being killed').toBe(0);
       expect(result.kills).toBe(12);
       // Every role was killed (in turn), or the run proves nothing about that role's crash.

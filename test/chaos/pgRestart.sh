@@ -16,7 +16,22 @@ fi
 
 version="${ONCELY_PG_VERSION:-15}"
 name="oncely_chaos_$$"
-port="${ONCELY_PG_RESTART_PORT:-$((55000 + $$ % 5000))}"
+# A port below Linux's ephemeral range (32768-60999: a client socket of anything on the
+# machine may hold one of those) and above the Kafka test broker's 19092-19095 and the
+# dedicated brokers' 19100+, the first one nothing listens on (a connection refused).
+free_port() {
+  local candidate
+  for offset in $(seq 0 99); do
+    candidate=$((21000 + ($$ + offset * 37) % 4000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/${candidate}") 2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  echo "[pg-restart] no free port found in 21000-24999" >&2
+  return 1
+}
+port="${ONCELY_PG_RESTART_PORT:-$(free_port)}"
 broker="${ONCELY_PG_RESTART_BROKER:-rabbitmq}"
 url="postgres://postgres@127.0.0.1:${port}/postgres"
 json="$(mktemp -t oncely-pg-restart-XXXXXX.json)"

@@ -1,6 +1,6 @@
 /**
  * The chaos harness (run.mjs, see README.md) in CI: a small run per landed broker —
- * 1,000 orders with producer duplicates and poison messages, 3 consumers, SIGKILLs at
+ * 600 orders with producer duplicates and poison messages, 3 consumers, SIGKILLs at
  * random moments and at both crash points, lost acks, handler stalls past the lease, a
  * database cut through the TCP proxy, broker connection drops and (Kafka, fauxqs) a
  * broker restart — must end with every order applied exactly once: lost = 0 and
@@ -55,8 +55,15 @@ export const hasKafka = await requireService(
   },
 );
 
-/** The small CI load. */
-const SMALL = { messages: 1000, consumers: 3, kills: 4, concurrency: 6, seed: 7 };
+/**
+ * The small CI load. Every fault is scheduled at a share of the deliveries (kills, the
+ * database cut, broker drops and restarts), so each fires at this size as at 10,000, and
+ * the checks below assert that each did. 600 orders, not 1,000 (issue 25): the three
+ * chaos files open the test command with both cores saturated, and the runs' length went
+ * with the order count (a 1,000-order memory run took 44 s beside the other two files);
+ * the 10,000-order runs are the hand runs in RESULTS.md.
+ */
+const SMALL = { messages: 600, consumers: 3, kills: 4, concurrency: 6, seed: 7 };
 
 const results: ChaosResult[] = [];
 
