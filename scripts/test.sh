@@ -26,8 +26,23 @@ status=0
 # Each background run is a process group of its own (setsid), so stopping it stops what it
 # started too (vitest, a JVM). Interrupted: stop at once, not on to the next run (vitest
 # exits 130/143 on SIGINT/SIGTERM, which would otherwise be recorded as a failed run).
+# The Kafka brokers the tests start (setsid nohup: they must outlive the scripts that start
+# them) escape those groups, and a vitest run stopped by a signal skips the teardown that
+# stops them: every process of this run carries TEST_SH_RUN in its environment, and whatever
+# still does at the end is stopped too (at a normal end, only what leaked).
+export TEST_SH_RUN="$$.$(date +%s%N)"
+stop_leftovers() {
+  local environ pid
+  for environ in /proc/[0-9]*/environ; do
+    pid=${environ#/proc/}
+    pid=${pid%/environ}
+    [ "$pid" != "$$" ] || continue
+    if grep -qz "^TEST_SH_RUN=${TEST_SH_RUN}\$" "$environ" 2>/dev/null; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
+}
 stop_background() {
   for pid in $(jobs -p); do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  stop_leftovers
   rm -rf "$logs"
 }
 trap stop_background EXIT
@@ -85,7 +100,7 @@ record() {
 run_logged() {
   local name=$1
   shift
-  setsid -w bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' "$logs/${name}.log" "$@" &
+  setsid -w bash -c 'set -o pipefail; log=$1; shift; "$@" 2>&1 | tee "$log"' run_logged "$logs/${name}.log" "$@" &
   if wait "$!"; then
     record "$name" passed "$logs/${name}.log"
   else

@@ -56,7 +56,7 @@ export const hasKafka = await requireService(
 );
 
 /**
- * The small CI load. Every fault is scheduled at a share of the deliveries (kills, the
+ * The small CI load. Every fault is scheduled at a share of the orders applied (kills, the
  * database cut, broker drops and restarts), so each fires at this size as at 10,000, and
  * the checks below assert that each did. 600 orders, not 1,000 (issue 25): the three
  * chaos files open the test command with both cores saturated, and the runs' length went

@@ -170,11 +170,16 @@ describe('the lease keeper and a renewal on its way when the settlement starts',
   });
 });
 
-/** One delivery whose lease ends 50 ms after dispatch; renewals push it 400 ms (half: 200). */
+/**
+ * One delivery whose lease ends 5 s after dispatch; renewals push it 20 s (half: 10 s). Due
+ * at once (5 s left is less than half a lease): a stall of up to 5 s on a busy machine
+ * still renews it in time; a keeper that waits half a lease after dispatch renews it at
+ * 10 s, 5 s after it ended.
+ */
 class ShortLeftAdapter implements BrokerAdapter {
   readonly type = 'short-left';
   readonly defaultIdStrategy = { attribute: 'message-id' } as const;
-  readonly lease = { extendByMs: 400 };
+  readonly lease = { extendByMs: 20_000 };
   runtime!: AdapterRuntime;
   dispatchedAt = 0;
   leaseEndsAt = 0;
@@ -188,7 +193,7 @@ class ShortLeftAdapter implements BrokerAdapter {
 
   deliver(): Promise<void> {
     this.dispatchedAt = Date.now();
-    this.leaseEndsAt = this.dispatchedAt + 50;
+    this.leaseEndsAt = this.dispatchedAt + 5_000;
     const delivery: Delivery = {
       envelope: { body: '{}', attributes: { 'message-id': 'm1' }, source: 'short', raw: null },
       leaseExpiresAt: this.leaseEndsAt,
@@ -214,8 +219,9 @@ describe("the lease keeper and a delivery's own lease end", () => {
         store,
         logger: silentLogger,
         handler: async () => {
-          // Runs past the first renewal.
-          await waitFor(() => adapter.firstRenewalAt !== undefined, { timeoutMs: 5_000 });
+          // Runs past the first renewal (half a lease after dispatch too: then the
+          // assertion below names the late renewal rather than a timeout).
+          await waitFor(() => adapter.firstRenewalAt !== undefined, { timeoutMs: 30_000 });
         },
       },
       adapter,

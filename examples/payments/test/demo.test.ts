@@ -94,7 +94,8 @@ describe('payments demo', () => {
       const again = await requestCharge(provider.url, order, { account: 'a', idempotencyKey: 'k-1' });
       expect(again).toEqual(first);
       // Counted by the provider's thread when its response finished: reported asynchronously.
-      await vi.waitFor(() => expect(provider.replays).toBe(1));
+      // vitest's default 1 s would be a speed target; 30 s bounds a hang (test timeout 120 s).
+      await vi.waitFor(() => expect(provider.replays).toBe(1), { timeout: 30_000, interval: 50 });
       // The same key from another account is another charge: keys are scoped per account.
       const otherAccount = await requestCharge(provider.url, order, { account: 'b', idempotencyKey: 'k-1' });
       expect(otherAccount.id).not.toBe(first.id);

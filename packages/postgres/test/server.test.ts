@@ -28,8 +28,8 @@ async function openStore(
 }
 
 /** Another store (its own pool) on the same schema. */
-function twin(store: PostgresStore): PostgresStore {
-  const other = new PostgresStore({ connectionString, schema: store.schema, poolMax: 6 });
+function twin(store: PostgresStore, options: { lockTimeoutMs?: number } = {}): PostgresStore {
+  const other = new PostgresStore({ connectionString, schema: store.schema, poolMax: 6, ...options });
   stores.push(other);
   return other;
 }
@@ -44,6 +44,15 @@ async function countRows(sql: string, params: unknown[] = []): Promise<number> {
   const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${sql}`, params);
   return rows[0]!.n;
 }
+
+/**
+ * For stores whose transactions wait on each other's locks by design: no lock_timeout
+ * (0), so a waiter gives up only if the holder never commits (the test timeout), not
+ * after the default 5 s when a loaded machine delays the holder's commit. A regression
+ * still fails: a deadlock is broken by the server's deadlock_timeout (40P01) whatever
+ * lock_timeout says.
+ */
+const WAIT_FOR_LOCKS = { lockTimeoutMs: 0 };
 
 /**
  * Polls until `probe` is truthy, failing after `timeoutMs`: a bound for a state that never
@@ -70,8 +79,8 @@ describe.skipIf(!hasPostgres)('PostgresStore on a real server', () => {
     // Catches: IDs claimed in input order. Two batches sharing IDs in opposite orders
     // would lock them in opposite orders and deadlock (40P01).
     it('batch claims of the same 50 IDs in opposite orders from two pools never deadlock and split the IDs', async () => {
-      const store = await openStore();
-      const other = twin(store);
+      const store = await openStore(WAIT_FOR_LOCKS);
+      const other = twin(store, WAIT_FOR_LOCKS);
       const table = await effectsTable(store);
       for (let round = 0; round < 3; round++) {
         const consumer = `batch-${round}`;
@@ -98,8 +107,8 @@ describe.skipIf(!hasPostgres)('PostgresStore on a real server', () => {
     // Catches: an offset upsert that does not re-check after waiting, letting an evicted
     // owner and the new owner both apply one record.
     it('two owners advancing the same offset at once: exactly one applies it', async () => {
-      const store = await openStore();
-      const other = twin(store);
+      const store = await openStore(WAIT_FOR_LOCKS);
+      const other = twin(store, WAIT_FOR_LOCKS);
       const holding = deferred();
       const finish = deferred();
       const first = store.transaction(async (tx) => {

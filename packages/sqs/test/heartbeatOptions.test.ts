@@ -32,31 +32,41 @@ describe.skipIf(!hasPostgres)('SQS heartbeat options (fauxqs + PostgreSQL)', () 
   });
 
   it('heartbeatIntervalMs renews that often, each time to the visibility timeout', async () => {
-    const queue = await emulator.createQueue('hb-interval', { VisibilityTimeout: '4' });
+    // A 60 s visibility: by default it would be renewed every 30 s, so 3 renewals within the
+    // handler's 20 s bound happen only if the 500 ms interval is used (nominally 1.5 s: a
+    // loaded machine's late timers have 13x that). Nothing is read against a wall clock.
+    const queue = await emulator.createQueue('hb-interval', { VisibilityTimeout: '60' });
     const faults = faultyClient(emulator.endpoint);
     cleanups.push(() => faults.destroy());
     const pushed: number[] = [];
     faults.onCall('ChangeMessageVisibility', (input) => {
       pushed.push(input.VisibilityTimeout as number);
     });
+    let spy: ConsumerSpy | undefined;
     const consumer = createSqsConsumer({
       name: 'hb-interval',
       broker: { queueUrl: queue.url, client: faults.client, waitTimeSeconds: 1, heartbeatIntervalMs: 500 },
       store: db.store,
       logger: silentLogger,
       handler: async (message, ctx) => {
-        // A handler busy for 2.2 s: 4 renewals at 500 ms, 1 at the default (half of 4 s).
-        await new Promise((resolve) => setTimeout(resolve, 2200));
+        // Held until its visibility was renewed 3 times (throws, so the message fails, after 20 s).
+        await spy!.waitForCount('leaseRenewed', 3, (e) => e.event.messageId === message.id, 20_000);
         await ctx.tx.query(`INSERT INTO ${db.effects}(message_id) VALUES ($1)`, [message.id]);
       },
     });
-    const spy = new ConsumerSpy().attach(consumer);
+    spy = new ConsumerSpy().attach(consumer);
     cleanups.push(() => consumer.stop());
     await consumer.start();
     await send(faults.client, queue.url, [{ id: 'hb-1', body: '{}' }]);
-    await spy.waitFor('processed', (e) => e.event.messageId === 'hb-1');
+    await waitFor(() => spy!.countFor('processed', 'hb-1') + spy!.countFor('failed', 'hb-1') > 0, {
+      timeoutMs: 40_000,
+      description: 'hb-1 processed or failed',
+    });
+    expect(spy.countFor('failed', 'hb-1'), spy.summary()).toBe(0);
+    expect(spy.countFor('processed', 'hb-1')).toBe(1);
     expect(spy.countFor('leaseRenewed', 'hb-1')).toBeGreaterThanOrEqual(3);
-    expect(new Set(pushed)).toEqual(new Set([4]));
+    // Each renewal asks for the visibility timeout, not twice the interval (1 s).
+    expect(new Set(pushed)).toEqual(new Set([60]));
   });
 
   it('refuses heartbeatIntervalMs at or above the visibility timeout', async () => {

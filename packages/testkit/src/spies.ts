@@ -1,6 +1,14 @@
 import type { ConsumerEvent, ConsumerEventName } from '@oncely/core';
 import { WaitTimeoutError } from './errors.js';
 
+/**
+ * The default deadline of every wait here (`waitFor`, `ConsumerSpy.waitFor`, `waitForCount`):
+ * a bound for a hang, not a speed target. 20 s, so a loaded CI machine does not fail a
+ * healthy wait, and still under every vitest project's test timeout (30 s or more), so the
+ * descriptive {@link WaitTimeoutError} comes before vitest's own.
+ */
+const DEFAULT_WAIT_MS = 20_000;
+
 /** Every event name a consumer emits, so a spy can listen to all of them. */
 const EVENT_NAMES: readonly ConsumerEventName[] = [
   'received',
@@ -110,23 +118,23 @@ export class ConsumerSpy {
 
   /**
    * Resolves with the first event named `name` matching `predicate` (already recorded or
-   * yet to come); rejects with a {@link WaitTimeoutError} after `timeoutMs`.
+   * yet to come); rejects with a {@link WaitTimeoutError} after `timeoutMs` (default 20 s).
    */
   async waitFor(
     name: ConsumerEventName,
     predicate: Predicate = () => true,
-    timeoutMs = 10_000,
+    timeoutMs = DEFAULT_WAIT_MS,
   ): Promise<RecordedEvent> {
     const [first] = await this.waitForCount(name, 1, predicate, timeoutMs);
     return first!;
   }
 
-  /** Resolves once `count` events named `name` matched `predicate`; rejects after `timeoutMs`. */
+  /** Resolves once `count` events named `name` matched `predicate`; rejects after `timeoutMs` (default 20 s). */
   waitForCount(
     name: ConsumerEventName,
     count: number,
     predicate: Predicate = () => true,
-    timeoutMs = 10_000,
+    timeoutMs = DEFAULT_WAIT_MS,
   ): Promise<RecordedEvent[]> {
     const seen = this.list(name, predicate);
     if (seen.length >= count) return Promise.resolve(seen.slice(0, count));
@@ -183,7 +191,7 @@ export class ConsumerSpy {
  * ```
  */
 export interface WaitForOptions {
-  /** @default 10000 */
+  /** A bound for a hang, not a speed target. @default 20000 */
   timeoutMs?: number;
   /** Delay between checks. @default 50 */
   intervalMs?: number;
@@ -205,7 +213,7 @@ export async function waitFor<T>(
   condition: () => T | Promise<T>,
   options: WaitForOptions = {},
 ): Promise<NonNullable<T>> {
-  const { timeoutMs = 10_000, intervalMs = 50, description = 'the condition' } = options;
+  const { timeoutMs = DEFAULT_WAIT_MS, intervalMs = 50, description = 'the condition' } = options;
   const deadline = Date.now() + timeoutMs;
   let lastSeen: unknown;
   for (;;) {

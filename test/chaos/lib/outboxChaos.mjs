@@ -162,6 +162,8 @@ export async function runOutboxChaos(options = {}) {
   let unexpectedExits = 0;
   let spawned = 0;
   const killsBy = { payments: 0, relay: 0, receipts: 0 };
+  /** @type {number[]} payment plus receipt rows when each of the kills above was sent */
+  const killProgress = [];
 
   /** @param {'payments' | 'relay' | 'receipts' | 'audits'} role */
   async function spawnChild(role) {
@@ -326,11 +328,18 @@ export async function runOutboxChaos(options = {}) {
       : Promise.resolve();
 
     // The orders: published with confirms while the chain runs, each with its ID as
-    // properties.messageId (consumer A's default ID strategy).
+    // properties.messageId (consumer A's default ID strategy). In kills + 1 slices, each
+    // at most two kills ahead of the kills sent: all at once, the chain wrote its last row
+    // while five of twelve kills were still to come, which then hit finished processes and
+    // proved nothing (issue 25's review). Only the kills gate them; a run without kills
+    // publishes everything at once.
+    let done = 0;
+    const slice = Math.ceil(orders / (kills + 1));
     const publishing = (async () => {
-      for (let start = 0; start < orders; start += 200) {
+      for (let start = 0, index = 0; start < orders; start += slice, index++) {
+        while (kills > 0 && done < index - 2 && done < kills) await sleep(20);
         const batch = [];
-        for (let i = start; i < Math.min(orders, start + 200); i++) {
+        for (let i = start; i < Math.min(orders, start + slice); i++) {
           const orderId = `order-${i}`;
           batch.push(publish(channel, { queue: ordersQueue }, { orderId }, { messageId: orderId }));
         }
@@ -344,12 +353,14 @@ export async function runOutboxChaos(options = {}) {
     // timing (a random role each time left one out now and then at a dozen kills). A relay
     // is not killed while the outage runs (its own kills are counted there): that turn goes
     // to the next role.
-    let done = 0;
     let turn = 0;
+    /** Replacements starting: awaited after the last kill, not before the next one. */
+    const replacements = [];
     const deadline = Date.now() + timeoutMs;
     while (done < kills && Date.now() < deadline) {
       const target = ((done + 1) / (kills + 1)) * orders * 2;
-      if ((await progress()) < target) {
+      const reached = await progress();
+      if (reached < target) {
         await sleep(50);
         continue;
       }
@@ -370,11 +381,18 @@ export async function runOutboxChaos(options = {}) {
       entry.child.kill('SIGKILL');
       killsBy[entry.role]++;
       done++;
-      note(`SIGKILL ${label}`);
+      // Rows applied when it died: a kill at 2 × orders hit a finished chain, proving nothing.
+      killProgress.push(reached);
+      note(`SIGKILL ${label} at ${reached}/${orders * 2} rows`);
+      // Its replacement starts 300 ms later while the loop goes on: awaited here, the ready
+      // message of each new process (3-9 s on a loaded machine) held every later kill back
+      // until the chain had finished. The next kill is of another role.
       const role = entry.role;
-      await sleep(300);
-      await spawnChild(role);
+      const replacement = sleep(300).then(() => spawnChild(role));
+      replacement.catch(() => {}); // awaited below; no unhandled rejection meanwhile
+      replacements.push(replacement);
     }
+    await Promise.all(replacements);
     await publishing;
     await outageDone;
 
@@ -481,6 +499,7 @@ export async function runOutboxChaos(options = {}) {
       orders,
       kills: killsBy.payments + killsBy.relay + killsBy.receipts,
       killsBy,
+      killProgress,
       paymentRows: [...payments.values()].reduce((a, b) => a + b, 0),
       receiptRows: [...receipts.values()].reduce((a, b) => a + b, 0),
       auditRows: [...audits.values()].reduce((a, b) => a + b, 0),

@@ -117,7 +117,7 @@ describe('streaming pull', () => {
     const streams = emulator.inspectSubscription(subscription.name)!.streams;
     expect(emulator.disconnectStreams(subscription.name)).toBe(streams);
     await topic.publishMessage({ data: Buffer.from('after') });
-    await waitFor(() => received.length === 2, 15_000, 'delivery after reconnect');
+    await waitFor(() => received.length === 2, 30_000, 'delivery after reconnect');
     expect(received[1]!.data.toString()).toBe('after');
     expect(emulator.inspectSubscription(subscription.name)!.streams).toBeGreaterThan(0);
     await subscription.close();
@@ -153,7 +153,7 @@ describe('streaming pull', () => {
     const received = collect(subscription, (m) => m.ack());
     await waitFor(
       () => lines.filter((l) => l.startsWith('stream opened')).length >= 3,
-      15_000,
+      30_000,
       'reopened streams',
     );
     await topic.publishMessage({ data: Buffer.from('late') });

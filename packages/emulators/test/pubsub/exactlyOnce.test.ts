@@ -125,12 +125,20 @@ describe('exactly-once delivery (the exactly-once sample)', () => {
       .catch((e: unknown) => e)) as { errorInfoMetadata: Record<string, string> };
     expect(modAckFailure.errorInfoMetadata).toEqual({ [staleId]: 'PERMANENT_FAILURE_INVALID_ACK_ID' });
     // The latest ack ID is still good, until its deadline passes.
+    const modAckFrom = Date.now();
     await client.modifyAckDeadline({
       subscription: subscription.name,
       ackIds: [latestId],
       ackDeadlineSeconds: 1,
     });
-    await waitFor(() => emulator.inspectSubscription(subscription.name)!.outstanding === 0, 5000, 'expiry');
+    // Set to 1 s from the call (not left at the subscription's 10 s): clock reads before and
+    // after it bound the deadline either way, so a slow machine cannot break this.
+    const [leased] = emulator.inspectSubscription(subscription.name)!.messages;
+    expect(leased!.deadline).toBeGreaterThanOrEqual(modAckFrom + 1000);
+    expect(leased!.deadline).toBeLessThanOrEqual(Date.now() + 1000);
+    // Then the emulator's own expiry, waited for on its state; the timeout only bounds a hang
+    // (was 5 s: a loaded machine's late ticks could outlast it).
+    await waitFor(() => emulator.inspectSubscription(subscription.name)!.outstanding === 0, 30_000, 'expiry');
     const expired = (await client
       .acknowledge({ subscription: subscription.name, ackIds: [latestId] })
       .catch((e: unknown) => e)) as { errorInfoMetadata: Record<string, string> };

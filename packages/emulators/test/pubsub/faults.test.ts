@@ -30,7 +30,7 @@ async function receivedOnce(exactlyOnce = true) {
   });
   const received = collect(subscription);
   await topic.publishMessage({ data: Buffer.from('x') });
-  await waitFor(() => received.length === 1, 10_000, 'the message');
+  await waitFor(() => received.length === 1, 30_000, 'the message');
   const message = received[0] as Message;
   const held = () => emulator.inspectSubscription(subscription.name)!;
   return { subscription, message, held };
@@ -128,7 +128,7 @@ describe('failSettlements', () => {
       });
       expect(other.failed).toBe(0);
       other.clear();
-      await waitFor(() => held().messages[0]?.deliveries === 2, 10_000, 'the nacked message out again');
+      await waitFor(() => held().messages[0]?.deliveries === 2, 30_000, 'the nacked message out again');
     } finally {
       await client.close();
       await subscription.close();
@@ -186,12 +186,12 @@ describe('endStreams', () => {
     subscription.on('error', (error) => errors.push(error));
     subscription.on('message', (m: Message) => m.ack());
     const view = () => emulator.inspectSubscription(subscription.name)!;
-    await waitFor(() => view().streams > 0, 10_000, 'the streams open');
+    await waitFor(() => view().streams > 0, 30_000, 'the streams open');
     // Every stream: the client closes its subscriber once none is left.
     expect(emulator.endStreams(subscription.name, status.NOT_FOUND, 'gone')).toBeGreaterThan(0);
-    await waitFor(() => errors.length > 0, 10_000, "the client's error event");
+    await waitFor(() => errors.length > 0, 30_000, "the client's error event");
     expect(errors[0]!.code).toBe(status.NOT_FOUND);
-    await waitFor(() => !subscription.isOpen, 10_000, 'the subscriber closed');
+    await waitFor(() => !subscription.isOpen, 30_000, 'the subscriber closed');
     expect(view().streams).toBe(0);
     await subscription.close();
   });
@@ -201,10 +201,10 @@ describe('endStreams', () => {
     const [subscription] = await topic.createSubscription(uniqueName('end-sub'));
     const received = collect(subscription, (m) => m.ack());
     const view = () => emulator.inspectSubscription(subscription.name)!;
-    await waitFor(() => view().streams > 0, 10_000, 'the streams open');
+    await waitFor(() => view().streams > 0, 30_000, 'the streams open');
     emulator.endStreams(subscription.name, status.UNAVAILABLE);
     await topic.publishMessage({ data: Buffer.from('after') });
-    await waitFor(() => received.length === 1, 10_000, 'a message on the new stream');
+    await waitFor(() => received.length === 1, 30_000, 'a message on the new stream');
     expect(subscription.isOpen).toBe(true);
     await subscription.close();
   });

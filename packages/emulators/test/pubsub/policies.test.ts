@@ -34,7 +34,7 @@ describe('dead-letter policy (the dead-letter sample)', () => {
     });
     const dead = collect(deadSubscription, (m) => m.ack());
     await topic.publishMessage({ data: Buffer.from('poison'), attributes: { kind: 'poison' } });
-    await waitFor(() => dead.length === 1, 15_000, 'dead letter');
+    await waitFor(() => dead.length === 1, 30_000, 'dead letter');
     expect(attempts).toEqual([1, 2, 3, 4, 5]);
     const forwarded = dead[0]!;
     expect(forwarded.data.toString()).toBe('poison');
@@ -101,7 +101,7 @@ describe('retry policy', () => {
             availableAt = m?.state === 'ready' && m.deliveries === n ? m.availableAt : undefined;
             return availableAt !== undefined;
           },
-          15_000,
+          30_000,
           `nack ${n} at the emulator`,
         );
         backoffs.push(availableAt! - now);
@@ -109,7 +109,7 @@ describe('retry policy', () => {
       }
       // 300 ms, 600 ms, then capped at 600 ms instead of 1200 ms.
       expect(backoffs).toEqual([300, 600, 600]);
-      await waitFor(() => deliveries === 4, 15_000, 'the fourth delivery');
+      await waitFor(() => deliveries === 4, 30_000, 'the fourth delivery');
       await subscription.close();
     } finally {
       await ownPubSub.close();

@@ -90,7 +90,7 @@ describe('push configs', () => {
       const errors: Array<{ code?: number }> = [];
       push.on('error', (error) => errors.push(error));
       push.on('message', () => {});
-      await waitFor(() => errors.length > 0, 10_000, 'the stream refused');
+      await waitFor(() => errors.length > 0, 30_000, 'the stream refused');
       expect(errors[0]!.code).toBe(FAILED_PRECONDITION);
       await push.close();
 
@@ -101,11 +101,11 @@ describe('push configs', () => {
       pull.on('message', () => {});
       await waitFor(
         () => (emulator.inspectSubscription(pull.name)?.streams ?? 0) > 0,
-        10_000,
+        30_000,
         'its stream open',
       );
       await client.modifyPushConfig({ subscription: pull.name, pushConfig: { pushEndpoint: endpoint } });
-      await waitFor(() => switched.length > 0, 10_000, 'its stream ended');
+      await waitFor(() => switched.length > 0, 30_000, 'its stream ended');
       expect(switched[0]!.code).toBe(FAILED_PRECONDITION);
       await pull.close();
     } finally {

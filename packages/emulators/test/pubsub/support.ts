@@ -28,10 +28,14 @@ export function clientFor(emulator: PubSubEmulator): PubSub {
   return new PubSub({ projectId: PROJECT, apiEndpoint: emulator.address });
 }
 
-/** Resolves when `predicate` holds, polling every 10 ms; rejects after `timeoutMs`. */
+/**
+ * Resolves when `predicate` holds, polling every 10 ms; rejects after `timeoutMs`, 20 s
+ * unless given: a bound for a hang on a loaded machine, not a speed target (the emulators'
+ * test timeout is 60 s, so this error, naming `what`, comes first).
+ */
 export async function waitFor(
   predicate: () => boolean,
-  timeoutMs = 10_000,
+  timeoutMs = 20_000,
   what = 'condition',
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
