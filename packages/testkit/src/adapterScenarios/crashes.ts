@@ -145,6 +145,8 @@ async function startScenarioChild(
     maxLifetimeMs: t(120_000),
   });
   run.onEnd(() => child.kill());
-  await child.ready(t(30_000));
+  // A bound for a child that never starts, not a speed target: a Node process loading an
+  // adapter took over 30 s to say ready on a 2-core machine at load 10+ (issue 25).
+  await child.ready(t(90_000));
   return child;
 }
