@@ -54,7 +54,7 @@ ready 30 || { echo "[pg-restart] cluster $version/$name did not come up" >&2; ex
 
 started=$(date +%s)
 ONCELY_PG_CLUSTER="$version $name" DATABASE_URL="$url" node test/chaos/run.mjs \
-  --broker "$broker" --messages 1000 --consumers 3 --kills 3 --seed 7 --pg-restart --json "$json" --quiet
+  --broker "$broker" --messages 600 --consumers 3 --kills 3 --seed 7 --pg-restart --json "$json" --quiet
 
 # The run's own check passed (run.mjs exits non-zero otherwise); now what the restart did.
 node -e '
