@@ -29,7 +29,12 @@ trap 'stop_command; exit 143' TERM
 
 for _ in $(seq "$workers"); do
   # A pure CPU loop, no I/O; `timeout` ends it even if this script is killed with SIGKILL.
-  timeout "$seconds" node -e 'for (;;) {}' &
+  # Each in a session of its own (setsid), as another job on a shared runner would be: with
+  # the kernel's autogroups (sched_autogroup_enabled) CPU is shared between sessions first,
+  # so two loops in this script's session took one share between them, not two cores.
+  # (setsid does not fork here: this background job is no process-group leader, so $! is
+  # the loop's `timeout`.)
+  setsid timeout "$seconds" node -e 'for (;;) {}' &
   busy+=("$!")
 done
 echo "[ci-under-load] ${workers} busy processes (pids ${busy[*]}), at most ${seconds} s" >&2
