@@ -121,13 +121,24 @@ describe.skipIf(!hasPostgres)('relay backlog gauges', () => {
     });
     await relay.start();
     try {
+      // The last collection and the rows, named if the wait runs out (it did once, in the
+      // Node 22 rerun of a loaded tail, with nothing else to go on).
+      let last: Record<string, number> = {};
       const values = await waitFor(
         async () => {
-          const now = await relayGauges(name);
-          return now['oncely.outbox.failed'] === 3 && now['oncely.outbox.lag']! >= 20 ? now : undefined;
+          last = await relayGauges(name);
+          return last['oncely.outbox.failed'] === 3 && last['oncely.outbox.lag']! >= 20 ? last : undefined;
         },
         { timeoutMs: 30_000, description: '3 failed rows and a lag of 20 ms or more' },
-      );
+      ).catch(async (error: unknown) => {
+        const { rows } = await admin.query(
+          `SELECT status, count(*)::int AS n FROM "${schema}".outbox GROUP BY status ORDER BY status`,
+        );
+        throw new Error(
+          `${String(error)}; last collection: ${JSON.stringify(last)}; rows by status: ${JSON.stringify(rows)}; ` +
+            `relay errors: ${errors.map(String).join(' | ') || 'none'}`,
+        );
+      });
       expect(values['oncely.outbox.pending']).toBe(2);
       expect(values['oncely.outbox.lag']).toBeLessThanOrEqual(Date.now() - written + 1000); // clocks of one host
 
