@@ -15,7 +15,7 @@ import {
   type SqsAdapter,
   SqsOperationError,
 } from '../src/index.js';
-import { drainVisible, type Emulator, heldPolls, send, startEmulator } from './fauxqs.js';
+import { drainVisible, type Emulator, heldPolls, pollOutcomes, send, startEmulator } from './fauxqs.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from './support.js';
 
 // Adapter behaviour on fauxqs with the real PostgreSQL store. Nothing here asserts what
@@ -368,25 +368,7 @@ describe.skipIf(!hasPostgres)('SQS adapter (fauxqs + PostgreSQL)', () => {
       handler: insertEffect,
     });
     const held = heldPolls(emulator);
-    // How each ReceiveMessage of this queue ended, seen by the real client: 'answered', or
-    // the error's name ('AbortError' when the client aborted it).
-    const polls: string[] = [];
-    emulator.client.middlewareStack.add(
-      (next, context) => async (args) => {
-        const input = args.input as { QueueUrl?: string };
-        if (context.commandName !== 'ReceiveMessageCommand' || input.QueueUrl !== queue.url)
-          return next(args);
-        try {
-          const result = await next(args);
-          polls.push('answered');
-          return result;
-        } catch (error) {
-          polls.push((error as Error).name);
-          throw error;
-        }
-      },
-      { step: 'initialize', name: `polls-${queue.name}` },
-    );
+    const polls = pollOutcomes(emulator.client, queue.url);
     try {
       await consumer.start();
       // A ReceiveMessage read in full by fauxqs and not answered: the server holds it for

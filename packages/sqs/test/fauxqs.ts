@@ -110,6 +110,31 @@ export async function drainVisible(client: SQSClient, queueUrl: string) {
 }
 
 /**
+ * How each ReceiveMessage of `queueUrl` sent through `client` ended, seen by the real client:
+ * 'answered', or the error's name ('AbortError' when the client aborted it). Recorded by a
+ * middleware on the client; the list fills as polls end.
+ */
+export function pollOutcomes(client: SQSClient, queueUrl: string): string[] {
+  const polls: string[] = [];
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as { QueueUrl?: string };
+      if (context.commandName !== 'ReceiveMessageCommand' || input.QueueUrl !== queueUrl) return next(args);
+      try {
+        const result = await next(args);
+        polls.push('answered');
+        return result;
+      } catch (error) {
+        polls.push((error as Error).name);
+        throw error;
+      }
+    },
+    { step: 'initialize', name: `pollOutcomes-${randomUUID()}` },
+  );
+  return polls;
+}
+
+/**
  * Counts the ReceiveMessage requests that fauxqs (in this process) has read in full and not
  * yet answered: long polls held at the server. Seen from Node's own HTTP server
  * (`http.server.request.start`), not from the client, so a count of 1 means the request

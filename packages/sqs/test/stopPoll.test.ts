@@ -3,7 +3,7 @@ import { silentLogger } from '@oncely/core';
 import { waitFor } from '@oncely/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createSqsConsumer } from '../src/index.js';
-import { type Emulator, heldPolls, send, startEmulator } from './fauxqs.js';
+import { type Emulator, heldPolls, pollOutcomes, send, startEmulator } from './fauxqs.js';
 import { faultyClient } from './sqsFaults.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from './support.js';
 
@@ -79,23 +79,7 @@ describe.skipIf(!hasPostgres)('SQS stop() during a long poll (fauxqs + PostgreSQ
     });
     const held = heldPolls(emulator);
     cleanups.push(() => held.close());
-    // How each ReceiveMessage ended, seen by the real client: 'answered', or the error's
-    // name ('AbortError' when the client aborted it).
-    const polls: string[] = [];
-    faults.client.middlewareStack.add(
-      (next, context) => async (args) => {
-        if (context.commandName !== 'ReceiveMessageCommand') return next(args);
-        try {
-          const result = await next(args);
-          polls.push('answered');
-          return result;
-        } catch (error) {
-          polls.push((error as Error).name);
-          throw error;
-        }
-      },
-      { step: 'initialize', name: 'pollOutcomes' },
-    );
+    const polls = pollOutcomes(faults.client, queue.url);
     await consumer.start();
     await waitFor(() => held.count() >= 1, { description: 'a long poll held by fauxqs' });
     await consumer.stop();
