@@ -123,7 +123,7 @@ renice -n 0 -g "$typecheck" >/dev/null 2>&1 || true
 # fetch). Not a root devDependency: its `node` bin would shadow the system node for every
 # npm script. After the main run: it runs the same projects, some with fixed schema names.
 setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-  'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --no-cache --project core --project postgres --project memory' \
+  'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --no-cache --maxWorkers 3 --project core --project postgres --project memory' \
   >"$logs/node22.log" 2>&1 &
 node22=$!
 # Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker the kafka

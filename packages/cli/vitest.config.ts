@@ -1,5 +1,11 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { name: 'cli', include: ['test/**/*.test.ts'], testTimeout: 30_000, hookTimeout: 60_000 },
+  test: {
+    name: 'cli',
+    sequence: { groupOrder: 1 },
+    include: ['test/**/*.test.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+  },
 });

@@ -1,5 +1,11 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { name: 'core', include: ['test/**/*.test.ts'], testTimeout: 30_000, hookTimeout: 60_000 },
+  test: {
+    name: 'core',
+    sequence: { groupOrder: 1 },
+    include: ['test/**/*.test.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+  },
 });

@@ -1,5 +1,11 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { name: 'http', include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+  test: {
+    name: 'http',
+    sequence: { groupOrder: 1 },
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+  },
 });

@@ -5,6 +5,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     name: 'kafka',
+    sequence: { groupOrder: 1 },
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/globalSetup.ts'],
     testTimeout: 120_000,

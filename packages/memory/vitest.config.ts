@@ -3,6 +3,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     name: 'memory',
+    sequence: { groupOrder: 1 },
     include: ['test/**/*.test.ts'],
     // A bound for a hang, not a measure: most tests start an embedded PostgreSQL (PGlite,
     // WebAssembly) and migrate it, which took over 30 s on Node 22 beside the serial group,

@@ -7,6 +7,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     name: 'mysql',
+    sequence: { groupOrder: 1 },
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/globalSetup.ts'],
     testTimeout: 60_000,

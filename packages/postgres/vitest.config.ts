@@ -4,5 +4,11 @@ import { defineConfig } from 'vitest/config';
 // processes: generous per-test limits, while each test still waits on conditions with
 // its own deadlines.
 export default defineConfig({
-  test: { name: 'postgres', include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+  test: {
+    name: 'postgres',
+    sequence: { groupOrder: 1 },
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+  },
 });

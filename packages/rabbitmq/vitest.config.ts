@@ -5,6 +5,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     name: 'rabbitmq',
+    sequence: { groupOrder: 1 },
     include: ['test/**/*.test.ts'],
     exclude: ['test/**/*.slow.test.ts', '**/node_modules/**'],
     testTimeout: 60_000,

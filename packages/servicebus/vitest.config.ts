@@ -1,5 +1,11 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { name: 'servicebus', include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+  test: {
+    name: 'servicebus',
+    sequence: { groupOrder: 1 },
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+  },
 });

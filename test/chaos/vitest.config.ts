@@ -6,6 +6,9 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     name: 'chaos',
+    // Phase 0 with test/packaging, three at a time: see the root vitest.config.ts.
+    maxWorkers: 3,
+    sequence: { groupOrder: 0 },
     include: ['*.test.ts'],
     testTimeout: 240_000,
     hookTimeout: 60_000,

@@ -5,6 +5,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     name: 'conformance',
+    sequence: { groupOrder: 1 },
     include: ['**/*.test.ts'],
     // Scenarios of one file run one after the other; files may run side by side.
     testTimeout: 120_000,

@@ -5,6 +5,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     name: 'defects',
+    sequence: { groupOrder: 1 },
     include: ['**/*.test.ts'],
     testTimeout: 120_000,
     hookTimeout: 120_000,

@@ -1,5 +1,11 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { name: 'docs', include: ['**/*.test.ts'], testTimeout: 30_000, hookTimeout: 60_000 },
+  test: {
+    name: 'docs',
+    sequence: { groupOrder: 1 },
+    include: ['**/*.test.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+  },
 });
