@@ -51,9 +51,15 @@ describe.skipIf(!hasPostgres)('a send that never settles', () => {
     await store.migrate();
     const silent = new Silent();
     const healthy = new Recorder();
+    // A key per row: an unkeyed row waits until it is below the cluster-wide snapshot xmin,
+    // so another suite's open transaction on the shared server (one holds its transaction
+    // about 60 s by design) held the claim back past HANG_MS. Distinct keys put every row in
+    // the round's first wave, as unkeyed rows were.
     await store.transaction(async (tx) => {
-      for (let i = 0; i < 3; i++) await publishInTransaction(store, tx, 'stuck', { i }, { id: `stuck-${i}` });
-      for (let i = 0; i < 5; i++) await publishInTransaction(store, tx, 'fine', { i }, { id: `fine-${i}` });
+      for (let i = 0; i < 3; i++)
+        await publishInTransaction(store, tx, 'stuck', { i }, { id: `stuck-${i}`, key: `stuck-${i}` });
+      for (let i = 0; i < 5; i++)
+        await publishInTransaction(store, tx, 'fine', { i }, { id: `fine-${i}`, key: `fine-${i}` });
     });
     const relay = createRelay({
       store,
@@ -63,8 +69,7 @@ describe.skipIf(!hasPostgres)('a send that never settles', () => {
       backoff: { initialMs: 60_000, maxMs: 60_000 },
       logger: { debug() {}, info() {}, warn() {}, error() {} },
     });
-    // The rows are claimable once every older transaction on the server has ended (the
-    // relay reads below the cluster-wide snapshot xmin): rounds until they are claimed.
+    // Rounds until the rows are claimed (a round can start before the writer's commit shows).
     const deadline = Date.now() + HANG_MS;
     let round = await guarded(relay.runOnce(), 'runOnce() with a producer that never answers');
     while (round.claimed === 0 && Date.now() < deadline) {

@@ -89,7 +89,9 @@ describe.skipIf(!hasPostgres)('SQS outbox producer (fauxqs + PostgreSQL)', () =>
     }
   });
 
-  it('FIFO: the key is the group; a FIFO row without a key is dead-lettered', async () => {
+  it('FIFO: the key is the group; a FIFO row without a key is dead-lettered', {
+    timeout: RELAY_BOUND_MS + 60_000,
+  }, async () => {
     try {
       const store = db.store as PostgresStore;
       const queue = await emulator.createQueue('outbox', {}, true);
@@ -104,7 +106,11 @@ describe.skipIf(!hasPostgres)('SQS outbox producer (fauxqs + PostgreSQL)', () =>
         logger: silentLogger,
       });
       relay.on('deadLettered', (event) => dead.push(event.id));
+      // fifo-2 is unkeyed (that is the point), so it waits for the cluster-wide xmin: bounded
+      // against a hang only, like the waits above.
+      const deadline = Date.now() + RELAY_BOUND_MS;
       while ((await store.outbox.stats()).pending > 0) {
+        if (Date.now() > deadline) throw new Error(`rows still pending after ${RELAY_BOUND_MS / 1000} s`);
         const round = await relay.runOnce();
         if (round.claimed === 0) await new Promise((resolve) => setTimeout(resolve, 20));
       }
