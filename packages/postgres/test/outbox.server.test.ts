@@ -608,7 +608,9 @@ describe.skipIf(!hasPostgres)('outbox on the real PostgreSQL', { timeout: RELAY_
       const sent = new Promise<string>((resolve) => relay.once('sent', (event) => resolve(event.id)));
       await relay.start();
       await new Promise((r) => setTimeout(r, 50));
-      await store.transaction((tx) => publishInTransaction(store, tx, 'q', 'hello', { id: 'notified', key: 'notified' }));
+      await store.transaction((tx) =>
+        publishInTransaction(store, tx, 'q', 'hello', { id: 'notified', key: 'notified' }),
+      );
       expect(await sent).toBe('notified');
       await relay.stop();
       await store.prune({ olderThan: new Date(Date.now() + 60_000) });

@@ -72,7 +72,9 @@ describe.skipIf(!hasPostgres)('relay start() and stop() called concurrently', { 
     expect(isOncelyError(refusal.reason) && refusal.reason.code).toBe('CONFIG_INVALID');
     expect(String(refusal.reason.message)).toMatch(/already start/);
     // The relay that did start works.
-    await store.transaction((tx) => publishInTransaction(store, tx, 'q', { n: 1 }, { id: 'one', key: 'one' }));
+    await store.transaction((tx) =>
+      publishInTransaction(store, tx, 'q', { n: 1 }, { id: 'one', key: 'one' }),
+    );
     await producer.until(1);
     await guarded(relay.stop(), 'relay.stop()');
     expect(checkedOut(pool), 'pool connections still checked out after stop()').toBe(0);
@@ -90,7 +92,9 @@ describe.skipIf(!hasPostgres)('relay start() and stop() called concurrently', { 
     expect(checkedOut(pool), 'pool connections still checked out after stop()').toBe(0);
     // Usable again: a committed row is sent after a new start().
     await guarded(relay.start(), 'relay.start() after stop()');
-    await store.transaction((tx) => publishInTransaction(store, tx, 'q', { n: 1 }, { id: 'after-stop', key: 'after-stop' }));
+    await store.transaction((tx) =>
+      publishInTransaction(store, tx, 'q', { n: 1 }, { id: 'after-stop', key: 'after-stop' }),
+    );
     await producer.until(1);
     expect(producer.sent.map((m) => m.id)).toEqual(['after-stop']);
     await guarded(relay.stop(), 'relay.stop()');

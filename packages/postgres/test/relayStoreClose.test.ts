@@ -74,7 +74,9 @@ async function runningRelay(store: PostgresStore) {
   const relay = createRelay({ store, producers: producer, pollIntervalMs: 200, logger });
   await relay.start();
   // A row sent proves the loop runs (the LISTEN is taken before the first round).
-  await store.transaction((tx) => publishInTransaction(store, tx, 'q', { n: 1 }, { id: 'before-close', key: 'before-close' }));
+  await store.transaction((tx) =>
+    publishInTransaction(store, tx, 'q', { n: 1 }, { id: 'before-close', key: 'before-close' }),
+  );
   await producer.until(1);
   return { relay, logger };
 }
