@@ -22,7 +22,9 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { runOutboxChaos } from './lib/outboxChaos.mjs';
 import { hasPostgres, hasRabbit } from './support.js';
 
-type OutboxChaosResult = Awaited<ReturnType<typeof runOutboxChaos>>;
+// `ok` is set on the result after its object literal (lib/outboxChaos.mjs), which the type
+// inferred from the .mjs does not see.
+type OutboxChaosResult = Awaited<ReturnType<typeof runOutboxChaos>> & { ok?: boolean };
 
 async function outboxChaos(options: Parameters<typeof runOutboxChaos>[0]): Promise<OutboxChaosResult> {
   const logDir = mkdtempSync(join(tmpdir(), 'oncely-outbox-chaos-test-'));

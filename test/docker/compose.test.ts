@@ -2,7 +2,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { startServiceBusEmulator } from '@oncely/emulators/servicebus';
-import { Ajv2019 } from 'ajv/dist/2019.js';
+import { Ajv2019, type AnySchemaObject } from 'ajv/dist/2019.js';
 import { describe, expect, it } from 'vitest';
 import { parseDocument } from 'yaml';
 
@@ -44,7 +44,8 @@ function schemaValidator() {
   // Its draft-04 style `id` annotations (strings such as "#/definitions/service") are
   // not keywords Ajv accepts; they carry no constraint, so they are left out.
   const { $schema: _draft, ...schema } = composeSchema;
-  return ajv.compile(withoutIdAnnotations(schema));
+  // The schema's JSON object again, as withoutIdAnnotations copies any JSON value (unknown).
+  return ajv.compile(withoutIdAnnotations(schema) as AnySchemaObject);
 }
 
 /** The vendors' own images: Docker Official Images, Apache, SoftwareMill, Microsoft, Google. */

@@ -1,4 +1,11 @@
-import type { AdapterRuntime, BrokerAdapter, DeadLetterReason, Delivery, Envelope } from '@oncely/core';
+import type {
+  AdapterRuntime,
+  BrokerAdapter,
+  DeadLetterReason,
+  Delivery,
+  Envelope,
+  TypedBrokerConfig,
+} from '@oncely/core';
 import { LeaseLostError } from '@oncely/core';
 
 /** What happened to one delivery, in order. */
@@ -71,4 +78,15 @@ export class ScriptedAdapter implements BrokerAdapter {
     if (!settled) throw new Error('delivery was not settled');
     return settled;
   }
+}
+
+/**
+ * The `broker` section of a consumer built on an adapter of the test's own
+ * (`new Consumer(config, adapter)`): the consumer only checks that `type` names a known
+ * adapter and never loads it, so none of that adapter's options are there. Typed by a cast:
+ * `TypedBrokerConfig` is the union of the adapters whose types this program imports
+ * (declaration merging: @oncely/memory's requires `queue` and `broker`).
+ */
+export function placeholderBroker(): TypedBrokerConfig {
+  return { type: 'memory' } as TypedBrokerConfig;
 }

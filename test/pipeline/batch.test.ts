@@ -100,7 +100,7 @@ describe('processBatchOnce', () => {
   });
 
   it('commits nothing when the whole transaction fails', async () => {
-    const failing = processBatchOnce(store, 'c', [
+    const failing = processBatchOnce<unknown>(store, 'c', [
       { messageId: 'z-1', work: insert('z-1') },
       {
         messageId: 'z-2',

@@ -193,7 +193,7 @@ describe.skipIf(!hasPostgres)('defect 1: a COMMIT that did not commit is a failu
   it('processBatchOnce reports the swallowing item failed and commits the others', async () => {
     const table = await effectsTable();
     const consumer = `batch-${randomUUID().slice(0, 8)}`;
-    const results = await processBatchOnce(server, consumer, [
+    const results = await processBatchOnce<unknown>(server, consumer, [
       { messageId: 'ok', work: (tx) => tx.query(`INSERT INTO ${table}(message_id) VALUES ('ok')`) },
       { messageId: 'bad', work: (tx) => swallowing(table)({ id: 'bad' }, { tx }) },
     ]);

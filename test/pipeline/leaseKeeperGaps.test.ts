@@ -3,6 +3,7 @@ import { Consumer, silentLogger } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
 import { waitFor } from '@oncely/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { placeholderBroker } from './ScriptedAdapter.js';
 
 // Two lease keeper defects found by the Pub/Sub hostile pass. Both tests were it.fails
 // while the defect was there (they passed by failing); the core now passes them.
@@ -76,7 +77,7 @@ describe('the lease keeper and a hand-back settlement', () => {
     const consumer = new Consumer(
       {
         name: 'hand-back-renewal',
-        broker: { type: 'memory' },
+        broker: placeholderBroker(),
         store,
         logger: silentLogger,
         backoff: { initialMs: 30_000, maxMs: 30_000 },
@@ -146,7 +147,7 @@ describe('the lease keeper and a renewal on its way when the settlement starts',
     const consumer = new Consumer(
       {
         name: 'renewal-in-flight',
-        broker: { type: 'memory' },
+        broker: placeholderBroker(),
         store,
         logger: silentLogger,
         backoff: { initialMs: 30_000, maxMs: 30_000 },
@@ -215,7 +216,7 @@ describe("the lease keeper and a delivery's own lease end", () => {
     const consumer = new Consumer(
       {
         name: 'short-left',
-        broker: { type: 'memory' },
+        broker: placeholderBroker(),
         store,
         logger: silentLogger,
         handler: async () => {

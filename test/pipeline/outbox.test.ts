@@ -2,7 +2,7 @@ import type { ConsumerConfig } from '@oncely/core';
 import { Consumer, isOncelyError } from '@oncely/core';
 import { PostgresStore } from '@oncely/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ScriptedAdapter } from './ScriptedAdapter.js';
+import { placeholderBroker, ScriptedAdapter } from './ScriptedAdapter.js';
 
 // ctx.publish through the core pipeline on the embedded store: the outbox row commits
 // with the marker, rolls back with a failed run, and a re-run writes the same IDs.
@@ -26,7 +26,7 @@ async function startConsumer(
   const consumer = new Consumer(
     {
       name,
-      broker: { type: 'memory' },
+      broker: placeholderBroker(),
       store,
       handler: async () => {},
       backoff: { initialMs: 100, maxMs: 100 },

@@ -323,7 +323,7 @@ for (const backend of backends) {
       // Without a fingerprint the call is the plain one.
       expect(await processOnce(store, key, work(2))).toEqual({ status: 'duplicate' });
 
-      const results = await processBatchOnce(store, 'fp-direct', [
+      const results = await processBatchOnce<number | string>(store, 'fp-direct', [
         { messageId: 'p-1', fingerprint: other, work: work(3) },
         { messageId: 'p-2', fingerprint: first, work: async () => 'p-2' },
         { messageId: 'p-2', fingerprint: other, work: async () => 'again' },
@@ -350,7 +350,7 @@ describe('payload fingerprint options', () => {
     cleanups.push(() => store.close());
     const base = {
       name: 'fp-config',
-      broker: { type: 'memory', broker, queue: 'config' },
+      broker: { type: 'memory' as const, broker, queue: 'config' },
       store,
       handler: async () => {},
     };

@@ -3,7 +3,7 @@ import { Consumer, HandlerTimeoutError, LeaseLostError, StoreUnavailableError } 
 import { PostgresStore } from '@oncely/postgres';
 import { Latch, waitFor } from '@oncely/testkit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ScriptedAdapter } from './ScriptedAdapter.js';
+import { placeholderBroker, ScriptedAdapter } from './ScriptedAdapter.js';
 
 // The core pipeline on the embedded store (PGlite), driven by a scripted adapter so each
 // decision (ack, retry, dead-letter, release) can be checked in isolation.
@@ -49,7 +49,7 @@ async function startConsumer(
   const consumer = new Consumer(
     {
       name: `pipeline-${table}`,
-      broker: { type: 'memory' },
+      broker: placeholderBroker(),
       store,
       handler: writeEffect,
       backoff: { initialMs: 100, maxMs: 1000 },
@@ -392,7 +392,7 @@ describe('pipeline (batch)', () => {
       return count;
     };
     try {
-      const attempts: number[] = [];
+      const attempts: Array<number | undefined> = [];
       const { adapter, consumer } = await startConsumer({
         handler: async (message, ctx) => {
           attempts.push(message.deliveryAttempt);

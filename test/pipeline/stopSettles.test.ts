@@ -27,6 +27,7 @@ import { Latch, requireService, waitFor } from '@oncely/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PgQueueClient, pgQueueModule } from '../conformance/fixtures/pgQueue.mjs';
+import { placeholderBroker } from './ScriptedAdapter.js';
 
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 /** Far longer than any wait here: a message visible again before it was released, not by its lease lapsing. */
@@ -180,7 +181,7 @@ describe.skipIf(!hasPostgres)(
           const consumer = new Consumer(
             {
               name: consumerName,
-              broker: { type: 'memory' },
+              broker: placeholderBroker(),
               store: slowReleasePath(own),
               concurrency: ids.length,
               handler,
@@ -282,7 +283,7 @@ describe.skipIf(!hasPostgres)(
       const consumer = new Consumer(
         {
           name: consumerName,
-          broker: { type: 'memory' },
+          broker: placeholderBroker(),
           store,
           handler: async (_message, ctx) => {
             runs++;
@@ -357,7 +358,7 @@ describe.skipIf(!hasPostgres)(needingPostgres('a delivery still unsettled when s
     const consumer = new Consumer(
       {
         name: `stop-grace-${randomBytes(3).toString('hex')}`,
-        broker: { type: 'memory' },
+        broker: placeholderBroker(),
         store: base,
         handler: async () => {
           running++;

@@ -48,7 +48,7 @@ export class ChaosUsageError extends Error {
  * @property {number} dbCutMs how long the database stays cut
  * @property {boolean} brokerDrop drop the consumers' broker connections twice mid-run
  * @property {boolean} brokerRestart restart the broker mid-run where it is ours (Kafka, fauxqs)
- * @property {'postgres' | 'mysql'} store the store: @oncely/postgres (default) or @oncely/mysql (MYSQL_URL)
+ * @property {'postgres' | 'mysql'} store the store: `@oncely/postgres` (default) or `@oncely/mysql` (MYSQL_URL)
  * @property {boolean} pgRestart `pg_ctlcluster 15 main restart` mid-run (or the cluster ONCELY_PG_CLUSTER names)
  * @property {string | undefined} defect a deliberately broken consumer
  * @property {number} timeoutMs give up waiting for the queues to drain after this long

@@ -43,16 +43,16 @@ const ROLES = /** @type {const} */ (['payments', 'relay', 'receipts']);
 
 /**
  * @typedef {object} OutboxChaosOptions
- * @property {number} [orders] distinct orders @default 10000
- * @property {number} [kills] SIGKILLs while orders flow @default 24
- * @property {number} [perRole] processes of each role at once @default 2
- * @property {number} [seed] @default 42
+ * @property {number} [orders] distinct orders (default: 10000)
+ * @property {number} [kills] SIGKILLs while orders flow (default: 24)
+ * @property {number} [perRole] processes of each role at once (default: 2)
+ * @property {number} [seed] (default: 42)
  * @property {'direct-publish'} [defect] consumer A publishes from the handler, no outbox
- * @property {ReadonlyArray<'payments' | 'relay' | 'receipts'>} [killRoles] roles the kills pick from @default all
- * @property {number} [timeoutMs] give up waiting for the chain to drain @default 240000
+ * @property {ReadonlyArray<'payments' | 'relay' | 'receipts'>} [killRoles] roles the kills pick from (default: all)
+ * @property {number} [timeoutMs] give up waiting for the chain to drain (default: 240000)
  * @property {string} [logDir] child logs (a temp dir removed when the run passes)
  * @property {{ every?: number, keys?: number, outageMs?: number, relayKills?: number, atFraction?: number }} [failingDestination]
- *   the audit destination that fails for a stretch (see above) @default none
+ *   the audit destination that fails for a stretch (see above; default: none)
  * @property {string} [databaseUrl]
  * @property {string} [rabbitUrl]
  */
