@@ -3,11 +3,14 @@
  * (DELTA temporality: a collection shows only what its callbacks observed):
  * `oncely.outbox.pending` and `oncely.outbox.failed` (rows) and `oncely.outbox.lag` (the
  * oldest pending row's age, ms), on a real PostgreSQL server. A stats query that fails
- * observes nothing; before, the lag gauge observed a made-up 0 then.
+ * observes nothing; before, the lag gauge observed a made-up 0 then. The batch callback
+ * is on the meter only while the relay runs: before, it stayed registered after stop()
+ * (the meter kept the stopped relay alive, idle behind a flag).
  */
 import type { Logger, OutboxMessage, OutboxProducer, OutboxSendResult } from '@oncely/core';
 import { publishInTransaction, silentLogger } from '@oncely/core';
 import { waitFor } from '@oncely/testkit';
+import type { MeterProvider as ApiMeterProvider } from '@opentelemetry/api';
 import { metrics } from '@opentelemetry/api';
 import {
   AggregationTemporality,
@@ -25,9 +28,48 @@ const exporter = new InMemoryMetricExporter(AggregationTemporality.DELTA);
 const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
 const meterProvider = new MeterProvider({ readers: [reader] });
 
+/**
+ * The SDK's meter provider, recording which batch callbacks were added and removed: a
+ * callback left registered but idle observes nothing either, so only this shows a missing
+ * `removeBatchObservableCallback`.
+ */
+function recordingMeterProvider(inner: ApiMeterProvider) {
+  /** Per callback, how many times it is registered now (an add counts, a remove undoes one). */
+  const live = new Map<unknown, number>();
+  const provider: ApiMeterProvider = {
+    getMeter(name, version, options) {
+      const meter = inner.getMeter(name, version, options);
+      return new Proxy(meter, {
+        get(target, property) {
+          if (property === 'addBatchObservableCallback')
+            return (callback: unknown, observables: unknown) => {
+              live.set(callback, (live.get(callback) ?? 0) + 1);
+              return target.addBatchObservableCallback(callback as never, observables as never);
+            };
+          if (property === 'removeBatchObservableCallback')
+            return (callback: unknown, observables: unknown) => {
+              const count = live.get(callback) ?? 0;
+              if (count > 1) live.set(callback, count - 1);
+              else live.delete(callback);
+              return target.removeBatchObservableCallback(callback as never, observables as never);
+            };
+          const value = Reflect.get(target, property, target);
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+    },
+  };
+  return {
+    provider,
+    /** Batch callbacks on the meter now, a callback added twice counted twice. */
+    registered: () => [...live.values()].reduce((sum, count) => sum + count, 0),
+  };
+}
+const recording = recordingMeterProvider(meterProvider);
+
 // The relay takes the global meter provider (it has no telemetry option).
 beforeAll(() => {
-  metrics.setGlobalMeterProvider(meterProvider);
+  metrics.setGlobalMeterProvider(recording.provider);
 });
 afterAll(async () => {
   await meterProvider.shutdown();
@@ -73,8 +115,8 @@ function gaugeLogger() {
   return { logger, of: (level: keyof Logger) => lines.filter((line) => line.level === level) };
 }
 
-/** A migrated schema with one pending row, and a running relay on it (stopped after the test). */
-async function runningRelay(prefix: string, logger: Logger = silentLogger, lockTimeoutMs?: number) {
+/** A migrated schema with one pending row, and a relay on it, not started. */
+async function relayWithRow(prefix: string, logger: Logger = silentLogger, lockTimeoutMs?: number) {
   const schema = uniqueSchema(prefix);
   schemas.push(schema);
   const store = new PostgresStore({ connectionString, schema, logger: silentLogger, lockTimeoutMs });
@@ -90,8 +132,14 @@ async function runningRelay(prefix: string, logger: Logger = silentLogger, lockT
     logger,
   });
   await store.transaction((tx) => publishInTransaction(store, tx, 'flaky', { i: 0 }, { id: 'flaky-0' }));
-  await relay.start();
   return { schema, store, name, relay };
+}
+
+/** {@link relayWithRow}, started (stop it after the test). */
+async function runningRelay(prefix: string, logger: Logger = silentLogger, lockTimeoutMs?: number) {
+  const setup = await relayWithRow(prefix, logger, lockTimeoutMs);
+  await setup.relay.start();
+  return setup;
 }
 
 describe.skipIf(!hasPostgres)('relay backlog gauges', () => {
@@ -229,4 +277,46 @@ describe.skipIf(!hasPostgres)('relay backlog gauges', () => {
       await relay.stop();
     }
   }, 60_000);
+
+  it('are on the meter only while the relay runs: removed at stop(), added once again at a restart', async () => {
+    // Callbacks an earlier test of this file may have left (counted, not assumed absent).
+    const before = recording.registered();
+    const { name, relay } = await runningRelay('relay_gauge_cycle');
+    try {
+      expect(recording.registered()).toBe(before + 1);
+      await waitFor(async () => (await relayGauges(name))['oncely.outbox.pending'] === 1, {
+        timeoutMs: 30_000,
+        description: 'a pending row',
+      });
+      await relay.stop();
+      expect(recording.registered(), 'callbacks on the meter after stop()').toBe(before);
+      await relay.start();
+      expect(recording.registered(), 'callbacks on the meter after a restart').toBe(before + 1);
+      expect((await relayGauges(name))['oncely.outbox.pending']).toBe(1);
+    } finally {
+      await relay.stop();
+    }
+    expect(recording.registered(), 'callbacks on the meter after the second stop()').toBe(before);
+  });
+
+  it('are not added by a start() that a stop() overtook', async () => {
+    const before = recording.registered();
+    const { name, relay } = await relayWithRow('relay_gauge_overtaken');
+    const starting = relay.start();
+    await relay.stop();
+    await starting;
+    expect(recording.registered()).toBe(before);
+    expect(await relayGauges(name)).toEqual({});
+  });
+
+  it('are removed when store.close() ends the relay', async () => {
+    const before = recording.registered();
+    const { store, relay } = await runningRelay('relay_gauge_closed');
+    const ended = new Promise<unknown>((resolve) => relay.once('error', resolve));
+    expect(recording.registered()).toBe(before + 1);
+    await store.close();
+    expect(String(await ended)).toMatch(/store was closed while the relay was running/);
+    expect(recording.registered()).toBe(before);
+    await relay.stop();
+  });
 });

@@ -116,16 +116,26 @@ interface RelayInstruments {
   counter: { add(value: number, attributes?: Record<string, string>): void };
 }
 
+/** An @opentelemetry/api batch observable callback, structurally. */
+type RelayGaugeCallback = (result: {
+  observe(observable: object, value: number, attributes?: Record<string, string>): void;
+}) => Promise<void>;
+
 /** The part of an @opentelemetry/api Meter the relay uses, structurally. */
 interface RelayMeter {
   createCounter(name: string, options?: { description?: string }): RelayInstruments['counter'];
   createObservableGauge(name: string, options?: { description?: string; unit?: string }): object;
-  addBatchObservableCallback(
-    callback: (result: {
-      observe(observable: object, value: number, attributes?: Record<string, string>): void;
-    }) => Promise<void>,
-    observables: object[],
-  ): void;
+  addBatchObservableCallback(callback: RelayGaugeCallback, observables: object[]): void;
+  removeBatchObservableCallback(callback: RelayGaugeCallback, observables: object[]): void;
+}
+
+/** The gauges' batch callback and what it observes, kept to add it at start and remove it at stop. */
+interface RelayGauges {
+  meter: RelayMeter;
+  callback: RelayGaugeCallback;
+  observables: object[];
+  /** On the meter now. */
+  registered: boolean;
 }
 
 /**
@@ -162,7 +172,8 @@ const SETTLE_START_MS = 10;
  * failed, for instance the database is down; the relay keeps trying). OpenTelemetry:
  * the counter `oncely.outbox.messages{event}` and the gauges `oncely.outbox.lag` (ms),
  * `oncely.outbox.pending` and `oncely.outbox.failed` (rows), when `@opentelemetry/api` is
- * installed (one bounded stats query per collection; a failed one observes nothing).
+ * installed (one bounded stats query per collection; a failed one observes nothing). The
+ * gauges' callback is on the meter only while the relay runs: `stop()` removes it.
  *
  * @example
  * ```ts
@@ -193,6 +204,11 @@ export class Relay extends EventEmitter {
   private unlisten: (() => Promise<void>) | undefined;
   private listening = false;
   private instruments: RelayInstruments | undefined;
+  /**
+   * The gauges' callback: on the meter only while the loop runs, so a stopped relay is not
+   * kept alive by the meter, and a restart adds it once.
+   */
+  private gauges: RelayGauges | undefined;
   /** The gauges' stats query while it runs (settled either way). */
   private gaugeQuery: Promise<void> | undefined;
   /** Logs the gauges' stats query starting to fail, and answering again. */
@@ -269,6 +285,7 @@ export class Relay extends EventEmitter {
     // A stop() during start(): let start() finish (it then starts no loop), so its LISTEN
     // connection is known here and released below, not leaked.
     await this.starting?.catch(() => {});
+    this.unregisterGauges();
     this.wake?.();
     await this.running;
     this.running = undefined;
@@ -284,6 +301,7 @@ export class Relay extends EventEmitter {
     // stop() was called meanwhile: it is waiting for this start and releases the LISTEN.
     if (this.stopping) return;
     this.running = this.loop();
+    this.registerGauges();
   }
 
   /**
@@ -377,6 +395,7 @@ export class Relay extends EventEmitter {
       'store',
       'was closed while the relay was running; the relay stopped (unsent rows stay pending). Call relay.stop() before store.close()',
     );
+    this.unregisterGauges();
     this.log.error(`outbox relay stopped: the store ${error.problem}`, { relay: this.name });
     this.emit('error', error);
     const unlisten = this.unlisten;
@@ -592,22 +611,41 @@ export class Relay extends EventEmitter {
         description: 'Dead-lettered outbox rows (status failed): retry or discard them',
         unit: '{row}',
       });
-      // One stats query per collection feeds the three gauges.
-      meter.addBatchObservableCallback(
-        async (result) => {
-          const stats = await this.backlogStats();
-          if (!stats || !this.running || this.stopping) return;
-          const attributes = { relay: this.name };
-          result.observe(lag, stats.lagMs ?? 0, attributes);
-          result.observe(pending, stats.pending, attributes);
-          result.observe(failed, stats.failed, attributes);
-        },
-        [lag, pending, failed],
-      );
+      // One stats query per collection feeds the three gauges. Added by start(), removed
+      // by stop() (registerGauges).
+      const callback: RelayGaugeCallback = async (result) => {
+        const stats = await this.backlogStats();
+        if (!stats || !this.running || this.stopping) return;
+        const attributes = { relay: this.name };
+        result.observe(lag, stats.lagMs ?? 0, attributes);
+        result.observe(pending, stats.pending, attributes);
+        result.observe(failed, stats.failed, attributes);
+      };
+      this.gauges = { meter, callback, observables: [lag, pending, failed], registered: false };
       this.instruments = { counter };
     } catch {
       // Not installed: metrics stay off; events still fire.
     }
+  }
+
+  /** Puts the gauges' callback on the meter, once (the loop has just started). */
+  private registerGauges(): void {
+    const gauges = this.gauges;
+    if (!gauges || gauges.registered) return;
+    gauges.meter.addBatchObservableCallback(gauges.callback, gauges.observables);
+    gauges.registered = true;
+  }
+
+  /**
+   * Takes the gauges' callback off the meter (stop(), or the store closed under the loop):
+   * the meter would otherwise keep the stopped relay, and its store, alive. A collection
+   * running now finishes on its own (backlogStats sees the relay stopping).
+   */
+  private unregisterGauges(): void {
+    const gauges = this.gauges;
+    if (!gauges?.registered) return;
+    gauges.registered = false;
+    gauges.meter.removeBatchObservableCallback(gauges.callback, gauges.observables);
   }
 
   /**
