@@ -131,6 +131,17 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
   /**
    * Starts fetching. Rejects when the store does not answer (or its schema is not
    * migrated), or the adapter cannot connect or finds the broker misconfigured.
+   *
+   * A `stop()` called while `start()` still checks the store wins: `start()` then resolves
+   * without starting the adapter (the consumer stays stopped and receives nothing; a later
+   * `start()` is refused), or rejects with the store's error if that check failed. A stop
+   * at boot (a SIGTERM while `await consumer.start()` runs) is not an error.
+   *
+   * @example
+   * ```ts
+   * process.once('SIGTERM', () => void consumer.stop());
+   * await consumer.start(); // resolves, receiving nothing, if SIGTERM came first
+   * ```
    */
   start(): Promise<void> {
     return this.lifecycle.start(this.runtime());

@@ -45,6 +45,10 @@ export class Lifecycle {
       // Fail fast on a store that cannot work (unreachable, schema not migrated) rather
       // than start fetching messages that could only be held and released.
       await store.ping();
+      // stop() overtook this start during the ping: it has already closed the adapter (and
+      // resolved). Starting it now would fetch after stop() returned, on a closed adapter
+      // (and a store the consumer built is closed with it): resolve without starting.
+      if (this.stopping.signal.aborted) return;
       await adapter.start(runtime).catch((error: unknown) => {
         // The client's own error (ECONNREFUSED, ENOTFOUND...) says neither broker nor address.
         throw isOncelyError(error)
@@ -55,9 +59,12 @@ export class Lifecycle {
       // the still no-op unobserve, so gauges registered now would never be removed.
       if (!this.stopping.signal.aborted) this.observeDeadLetters();
     } catch (error) {
-      this.state = 'stopped';
-      this.stopping.abort();
-      await adapter.close().catch(() => {});
+      // A stop() that overtook this start closes the adapter itself: not a second time here.
+      if (!this.stopPromise) {
+        this.state = 'stopped';
+        this.stopping.abort();
+        await adapter.close().catch(() => {});
+      }
       throw error;
     }
   }
