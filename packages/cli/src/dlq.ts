@@ -36,8 +36,9 @@ export interface DlqArguments {
 
 /**
  * Checks `dlq ACTION CONSUMER` and its options before the store is opened. Throws a
- * UsageError: unknown action, a missing consumer, two of `--group`, `--id` and `--all`, a
- * selection on `list`, `discard` without `--yes` or without a selection.
+ * UsageError: unknown action, a missing consumer, an empty `--id` or `--group`, two of
+ * `--group`, `--id` and `--all`, a selection on `list`, `discard` without `--yes` or
+ * without a selection.
  *
  * @example
  * ```ts
@@ -64,6 +65,10 @@ export function readDlqArgs(
   if (consumer === undefined) throw new UsageError(`${action} needs CONSUMER`);
   if (extra !== undefined) throw new UsageError(`unexpected argument '${extra}'`);
   const ids = values.id;
+  // '' names no dead letter: it would only come back as "not in the DLQ" (exit 1), a typo
+  // reported as a finding (an unset shell variable: `--id "$ID"`).
+  if (ids?.includes('')) throw new UsageError("--id needs a message ID; got ''");
+  if (values.group === '') throw new UsageError("--group needs a group or a reason; got ''");
   const selections = [ids !== undefined, values.group !== undefined, values.all === true].filter(Boolean);
   if (action === 'list' && selections.length > 0) {
     throw new UsageError('list takes no --group, --id or --all (it shows everything)');

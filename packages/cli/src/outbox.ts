@@ -30,8 +30,9 @@ export interface OutboxArguments {
 
 /**
  * Checks `oncely outbox` options before the store is opened. Throws a UsageError: both
- * --retry and --discard, a selection or --dry-run/--yes without either, two of --group,
- * IDs and --all, --dry-run on --discard, --discard without --yes or a selection.
+ * --retry and --discard, a selection or --dry-run/--yes without either, an empty ID or
+ * --group, two of --group, IDs and --all, --dry-run on --discard, --discard without --yes
+ * or a selection.
  *
  * @example
  * ```ts
@@ -56,6 +57,12 @@ export function readOutboxArgs(
   const action = values.retry ? 'retry' : values.discard ? 'discard' : 'list';
   // `--retry ID ...` (IDs as arguments) predates --id; both are accepted, together too.
   const ids = positionals.length > 0 || values.id ? [...(values.id ?? []), ...positionals] : undefined;
+  // '' names no row: it would only come back as "not dead-lettered" (exit 1), a typo
+  // reported as a finding (an unset shell variable: `--id "$ID"`).
+  if (values.id?.includes('')) throw new UsageError("--id needs a row ID; got ''");
+  if (action !== 'list' && positionals.includes(''))
+    throw new UsageError(`--${action} needs row IDs; got ''`);
+  if (values.group === '') throw new UsageError("--group needs a group or a destination; got ''");
   if (action === 'list') {
     if (positionals.length > 0) {
       throw new UsageError(`unexpected argument '${positionals[0]}' (IDs go after --retry or --discard)`);

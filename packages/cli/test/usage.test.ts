@@ -52,6 +52,17 @@ describe('malformed arguments exit 2 with a message naming the argument', () => 
     [['inspect', 'payments', 'm-1', 'm-2'], /unexpected argument 'm-2'/],
     [['migrate', '--frobnicate'], /Unknown option '--frobnicate'/],
     [['frobnicate'], /unknown command 'frobnicate'/],
+    // An empty ID or group selects nothing a broker or the outbox could hold: a usage error,
+    // not a selection that reports "not found" (or, read as no selection, all of them).
+    [['dlq', 'replay', 'payments', '--id', ''], /--id needs a message ID; got ''/],
+    [['dlq', 'replay', 'payments', '--id', 'm-1', '--id', ''], /--id needs a message ID; got ''/],
+    [['dlq', 'discard', 'payments', '--id', '', '--yes'], /--id needs a message ID; got ''/],
+    [['dlq', 'replay', 'payments', '--group', ''], /--group needs a group or a reason; got ''/],
+    [['outbox', '--retry', '--id', ''], /--id needs a row ID; got ''/],
+    [['outbox', '--retry', ''], /--retry needs row IDs; got ''/],
+    [['outbox', '--discard', '--yes', '--id', 'r-1', '--id', ''], /--id needs a row ID; got ''/],
+    [['outbox', '--discard', '--yes', ''], /--discard needs row IDs; got ''/],
+    [['outbox', '--retry', '--group', ''], /--group needs a group or a destination; got ''/],
   ];
   for (const [argv, message] of cases) {
     it(argv.join(' '), async () => {
