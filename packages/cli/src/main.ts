@@ -7,7 +7,7 @@ import { durationOption, UsageError } from './duration.js';
 import { type InspectTarget, inspect } from './inspect.js';
 import { outboxCommand } from './outbox.js';
 import { type PruneOptions, prune, readPruneArgs } from './prune.js';
-import { type CliStore, type OpenedStore, openCliStore } from './stores.js';
+import { type CliStore, closeCliStore, type OpenedStore, openCliStore } from './stores.js';
 import { asksForHelp, COMMAND_USAGE, commandUsage, USAGE } from './usage.js';
 
 /** Where the CLI writes, and the environment it reads (injectable for tests). */
@@ -19,8 +19,9 @@ export interface CliIo {
 
 /**
  * Exit codes: 0 ok, 1 a check or command failed (`inspect`: no marker; `dlq replay|discard`:
- * an `--id` not in the DLQ), 2 bad usage (`dlq discard` without `--yes` or without a
- * selection (`--group`, `--id` or `--all`) included).
+ * an `--id` not in the DLQ; a store that failed to close after a command that succeeded),
+ * 2 bad usage (`dlq discard` without `--yes` or without a selection (`--group`, `--id` or
+ * `--all`) included). Never rejects: every failure is printed and answered with a code.
  */
 export async function main(argv: string[], io: CliIo): Promise<number> {
   const [command, ...rest] = argv;
@@ -68,27 +69,37 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     return 2;
   }
   const { store } = opened;
+  let code: number;
   try {
     switch (command) {
       case 'migrate':
-        return await migrate(store, io);
+        code = await migrate(store, io);
+        break;
       case 'prune':
-        return await prune(store, checked.prune!, values, io);
+        code = await prune(store, checked.prune!, values, io);
+        break;
       case 'stats':
-        return await stats(opened, values.consumer, io);
+        code = await stats(opened, values.consumer, io);
+        break;
       case 'inspect':
-        return await inspect(opened, checked.target!, io, values.config);
+        code = await inspect(opened, checked.target!, io, values.config);
+        break;
       case 'dlq':
-        return await dlqCommand(opened, checked.dlq!, io, values.config);
+        code = await dlqCommand(opened, checked.dlq!, io, values.config);
+        break;
       default:
-        return await doctor(opened, schema, values, io);
+        code = await doctor(opened, schema, values, io);
     }
   } catch (error) {
     io.err.write(`oncely ${command}: ${describe(error)}\n`);
-    return error instanceof UsageError || isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
-  } finally {
-    await store.close();
+    // DeadLetters attaches a dead-letter session that failed to close as well (letters it
+    // could not give back, hidden until their lease lapses) to the pass's error.
+    const closeError = (error as { closeError?: unknown } | null)?.closeError;
+    if (closeError !== undefined)
+      io.err.write(`oncely ${command}: closing the dead-letter queue failed too: ${describe(closeError)}\n`);
+    code = error instanceof UsageError || isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
   }
+  return closeCliStore(store, code, `oncely ${command}`, io);
 }
 
 /** What checkArguments read, so each command uses it as checked rather than reading it again. */

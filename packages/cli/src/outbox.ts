@@ -4,6 +4,7 @@ import { type DeadLetterSelection, isOncelyError } from '@oncely/core';
 import { type OutboxFailureGroup, PostgresStore, type StuckOutboxRow } from '@oncely/postgres';
 import { UsageError } from './duration.js';
 import type { CliIo } from './main.js';
+import { closeCliStore } from './stores.js';
 
 /** The `oncely outbox` section of the usage text. */
 export const OUTBOX_USAGE = `  outbox [--limit 20] [--json]    the outbox relay's lag, pending and dead-lettered rows, the
@@ -154,14 +155,14 @@ export async function outboxCommand(argv: string[], io: CliIo): Promise<number> 
     io.err.write(`oncely outbox: ${(error as Error).message}\n`);
     return 2;
   }
+  let code: number;
   try {
-    return await runOutbox(store, args, io);
+    code = await runOutbox(store, args, io);
   } catch (error) {
     io.err.write(`oncely outbox: ${error instanceof Error ? error.message : String(error)}\n`);
-    return isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
-  } finally {
-    await store.close();
+    code = isOncelyError(error, 'CONFIG_INVALID') ? 2 : 1;
   }
+  return closeCliStore(store, code, 'oncely outbox', io);
 }
 
 async function runOutbox(store: PostgresStore, args: OutboxArguments, io: CliIo): Promise<number> {

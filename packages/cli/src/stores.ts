@@ -1,6 +1,7 @@
 import type { IdempotencyStore, SqlClient } from '@oncely/core';
 import { openStore } from '@oncely/core';
 import { LATEST_VERSION, PostgresStore, quoteIdentifier } from '@oncely/postgres';
+import type { CliIo } from './main.js';
 
 /** What the CLI needs of a store, whichever database it is on. */
 export interface CliStore extends IdempotencyStore<SqlClient> {
@@ -48,6 +49,34 @@ export interface OpenedStore {
   queries: CliQueries;
   /** The schema version this CLI's store package works with, where it tells. */
   latestVersion?: number;
+}
+
+/**
+ * Closes the store at the end of a command and returns the command's exit code: a close
+ * that fails is printed (`<prefix>: closing the store failed: ...`) and turns a success
+ * into exit 1 (a script must not read "done" when the connections did not end cleanly);
+ * a command that failed keeps its own code. Never rejects: main() answers an exit code.
+ *
+ * @example
+ * ```ts
+ * return closeCliStore(store, code, 'oncely prune', io);
+ * ```
+ */
+export async function closeCliStore(
+  store: { close(): Promise<void> },
+  code: number,
+  prefix: string,
+  io: CliIo,
+): Promise<number> {
+  try {
+    await store.close();
+    return code;
+  } catch (error) {
+    io.err.write(
+      `${prefix}: closing the store failed: ${error instanceof Error ? error.message : String(error)}\n`,
+    );
+    return code === 0 ? 1 : code;
+  }
 }
 
 /**
