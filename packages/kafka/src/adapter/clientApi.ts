@@ -120,6 +120,11 @@ export interface TopicScan {
   groupId: string;
   /** Each partition to read and the offset to stop before (partitions not named are not read). */
   ends: Map<number, bigint>;
+  /**
+   * Where to begin per partition (others: at the first offset). Records below are never
+   * visited; a client may still fetch them (kafkajs seeks, @platformatic/kafka skips them).
+   */
+  starts?: Map<number, bigint>;
   /** Called with each record below its partition's end, in offset order per partition; `true` stops the scan. */
   visit(record: KafkaRecord, partition: number): boolean | undefined;
   /** The scan rejects with an error naming the topic after this long. */

@@ -1,0 +1,287 @@
+/**
+ * `DeadLetters` (oncely dlq) on a real Kafka broker and PostgreSQL: 50 dead letters for two
+ * reasons, listed in failure groups, one group replayed and processed once (effects counted
+ * from rows), a second replay a no-op, the other group discarded with a record. Kafka keeps
+ * every record, so what was done is in the store's ledger: the tests check its rows, and
+ * that the dead-letter topic itself is never changed.
+ */
+import {
+  type Consumer,
+  type ConsumerConfig,
+  createConsumer,
+  DeadLetters,
+  type IdempotencyStore,
+  isOncelyError,
+  silentLogger,
+} from '@oncely/core';
+import { DEAD_LETTER_HEADERS, KafkaDeadLetterError, openDeadLetters } from '@oncely/kafka';
+import type { Admin, Kafka, Producer } from 'kafkajs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { clientUnderTest } from './support/harness.js';
+import { createTopic, kafkaClient, publish, testBrokers, uniqueName } from './support/kafka.js';
+import { createTestStore, type TestStore, until } from './support/store.js';
+
+const brokers = testBrokers();
+
+type Body = { id: string };
+
+describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => {
+  let kafka: Kafka;
+  let admin: Admin;
+  let producer: Producer;
+  let db: TestStore;
+  let passed = true;
+  const cleanups: Array<() => Promise<void>> = [];
+
+  beforeAll(async () => {
+    kafka = kafkaClient(brokers!, 'oncely-dlq-test');
+    admin = kafka.admin();
+    await admin.connect();
+    producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    db = await createTestStore('oncely_kafka_dlq');
+  });
+  afterEach(async (ctx) => {
+    if (ctx.task.result?.state === 'fail') passed = false;
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
+  });
+  afterAll(async () => {
+    await producer?.disconnect();
+    await admin?.disconnect();
+    await db?.close(passed);
+  });
+
+  function brokerOf(topic: string) {
+    return {
+      type: 'kafka' as const,
+      brokers: brokers!,
+      topic,
+      fromBeginning: true,
+      maxWaitTimeInMs: 200,
+      sessionTimeout: 6000,
+      ...clientUnderTest(),
+    };
+  }
+
+  /** Each partition's end offset: what a pass must leave as it was (it never writes the DLQ). */
+  async function ends(topic: string): Promise<string[]> {
+    return (await admin.fetchTopicOffsets(topic)).map((p) => `${p.partition}:${p.high}`).sort();
+  }
+
+  async function ledgerRows(consumer: string) {
+    const { rows } = await db.store.transaction((tx) =>
+      tx.query<{ state: string; message_id: string | null; partition: number; dlq_offset: string }>(
+        `SELECT state, message_id, partition, dlq_offset::text AS dlq_offset FROM "${db.schema}".dead_letter_ledger
+          WHERE consumer = $1 ORDER BY partition, dlq_offset`,
+        [consumer],
+      ),
+    );
+    return rows;
+  }
+
+  /**
+   * A consumer whose handler throws while `broken.on` is set, and once more for each message
+   * after the fix (a flaky dependency: a replayed message needs a fresh attempt budget);
+   * effects are rows.
+   */
+  async function startConsumer(topic: string, broken: { on: boolean }) {
+    const failedAfterFix = new Set<string>();
+    const config: ConsumerConfig<Body> = {
+      name: `c-${topic}`,
+      broker: brokerOf(topic),
+      store: db.store,
+      logger: silentLogger,
+      maxAttempts: 2,
+      backoff: { initialMs: 10, maxMs: 20 },
+      concurrency: 8,
+      handler: async (message, ctx) => {
+        if (broken.on) throw new Error('payment service down');
+        if (!failedAfterFix.has(message.id)) {
+          failedAfterFix.add(message.id);
+          throw new Error('payment service warming up');
+        }
+        await db.insertEffect(ctx.tx, { id: message.id, consumer: config.name });
+      },
+    };
+    const consumer: Consumer<Body> = await createConsumer(config);
+    const deadLettered: string[] = [];
+    const duplicates: string[] = [];
+    consumer.on('deadLettered', (event) => deadLettered.push(event.messageId ?? '?'));
+    consumer.on('duplicate', (event) => duplicates.push(event.messageId!));
+    await consumer.start();
+    cleanups.push(() => consumer.stop());
+    return { config, deadLettered, duplicates };
+  }
+
+  it('lists two failure groups, replays one once, no-ops the second replay, discards the other', async () => {
+    const topic = uniqueName('dlq');
+    await createTopic(admin, topic, 3);
+    const broken = { on: true };
+    const { config, deadLettered, duplicates } = await startConsumer(topic, broken);
+    const failing = Array.from({ length: 25 }, (_, i) => `${topic}-fail-${i}`);
+    const garbled = Array.from({ length: 25 }, (_, i) => `${topic}-bad-${i}`);
+    await publish(
+      producer,
+      topic,
+      failing.map((id) => ({ id, key: id, body: { id } })),
+    );
+    await producer.send({
+      topic,
+      acks: -1,
+      messages: garbled.map((id, i) => ({
+        key: id,
+        value: `{"id": "${id}", broken ${i}`,
+        headers: { 'message-id': id },
+      })),
+    });
+    await until('50 dead letters', () => deadLettered.length === 50, 90_000);
+    const dlqTopic = `${topic}.dlq`;
+    const written = await ends(dlqTopic);
+
+    const dlq = await DeadLetters.open({ ...config });
+    const listed = await dlq.list();
+    expect(listed.letters).toHaveLength(50);
+    const byReason = Object.fromEntries(listed.groups.map((g) => [g.reason, g]));
+    expect(listed.groups).toHaveLength(2);
+    expect(byReason['max-attempts']!.count).toBe(25);
+    expect(byReason['invalid-body']!.count).toBe(25);
+    expect(byReason['max-attempts']!.error).toContain('payment service down');
+    const failed = listed.letters.find((l) => l.messageId === failing[0])!;
+    expect(failed).toMatchObject({ reason: 'max-attempts', attempts: 2 });
+    expect(failed.lastFailedAt).toBeInstanceOf(Date);
+    expect(failed.attributes[DEAD_LETTER_HEADERS.reason]).toBeUndefined();
+    expect(failed.attributes['message-id']).toBe(failing[0]);
+
+    // Listing changed nothing: the same letters in the same order, the topic as it was.
+    const again = await dlq.list();
+    expect(again.letters.map((l) => l.messageId)).toEqual(listed.letters.map((l) => l.messageId));
+    expect(await ends(dlqTopic)).toEqual(written);
+    expect(await ledgerRows(config.name)).toEqual([]);
+
+    const dry = await dlq.replay({ group: byReason['max-attempts']!.id }, { dryRun: true });
+    expect(dry).toMatchObject({ dryRun: true, alreadyProcessed: [], withoutId: 0 });
+    expect([...dry.replayed].sort()).toEqual([...failing].sort());
+    expect(await db.effectCounts()).toEqual(new Map());
+
+    broken.on = false; // the fix is deployed
+    const sourceBefore = await ends(topic);
+    const replayed = await dlq.replay({ group: byReason['max-attempts']!.id });
+    expect(replayed.replayed).toHaveLength(25);
+    await until('25 effects', async () => (await db.effectCounts()).size === 25, 60_000);
+    const effects = await db.effectCounts();
+    expect([...effects.keys()].sort()).toEqual([...failing].sort());
+    expect([...effects.values()].every((n) => n === 1)).toBe(true);
+    // 25 copies went to the source; the dead-letter topic is unchanged, the ledger says replayed.
+    const sourceAfter = await ends(topic);
+    const sent = (list: string[]) => list.reduce((sum, p) => sum + Number(p.split(':')[1]), 0);
+    expect(sent(sourceAfter) - sent(sourceBefore)).toBe(25);
+    expect(await ends(dlqTopic)).toEqual(written);
+    const rows = await ledgerRows(config.name);
+    expect(
+      rows
+        .filter((r) => r.state === 'replayed')
+        .map((r) => r.message_id)
+        .sort(),
+    ).toEqual([...failing].sort());
+
+    // The group is no longer listed: replaying it again moves nothing.
+    const second = await dlq.replay({ group: 'max-attempts' });
+    expect(second).toMatchObject({
+      replayed: [],
+      alreadyProcessed: [],
+      withoutId: 0,
+      notFound: ['max-attempts'],
+    });
+    expect(sent(await ends(topic))).toBe(sent(sourceAfter));
+    expect((await dlq.list()).letters).toHaveLength(25);
+
+    // A pass that died between its intent and its record of the send leaves `replaying` rows.
+    // One whose copy is in the source (from = the end before that send) is found, not re-sent;
+    // one whose copy is not (from = the end now) is listed again and re-sent once.
+    const ledger = (db.store as IdempotencyStore<unknown>).deadLetterLog!.ledger!;
+    const entries = await ledger.entries(config.name, dlqTopic);
+    const found = entries.find((e) => e.messageId === failing[3])!;
+    const missing = entries.find((e) => e.messageId === failing[4])!;
+    const now = Object.fromEntries(
+      (await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, p.high] as const),
+    );
+    await ledger.put([
+      { ...found, state: 'replaying', target: { ...found.target!, offset: undefined } },
+      {
+        ...missing,
+        state: 'replaying',
+        target: { topic, partition: missing.target!.partition, from: now[missing.target!.partition]! },
+      },
+    ]);
+    const recovered = await dlq.list();
+    expect(recovered.letters.filter((l) => l.reason === 'max-attempts').map((l) => l.messageId)).toEqual([
+      failing[4],
+    ]);
+    const afterRecovery = await ledger.entries(config.name, dlqTopic);
+    expect(afterRecovery.find((e) => e.messageId === failing[3])).toMatchObject({
+      state: 'replayed',
+      target: { offset: found.target!.offset },
+    });
+    expect(afterRecovery.some((e) => e.messageId === failing[4])).toBe(false);
+    const dryCopy = await dlq.replay({ ids: [failing[4]!, 'nope'] }, { dryRun: true });
+    expect(dryCopy).toMatchObject({ replayed: [], alreadyProcessed: [failing[4]], notFound: ['nope'] });
+    await dlq.replay({ ids: [failing[4]!] });
+    await until('the copy acked as a duplicate', () => duplicates.length === 1, 60_000);
+    expect(duplicates).toEqual([failing[4]]);
+    expect(sent(await ends(topic))).toBe(sent(sourceAfter) + 1);
+
+    // Discard the other group: recorded first, then marked in the ledger.
+    const discarded = await dlq.discard({ group: 'invalid-body' }, { by: 'tester' });
+    expect(discarded.discarded).toHaveLength(25);
+    expect((await dlq.list()).letters).toEqual([]);
+    expect(await ends(dlqTopic)).toEqual(written); // the records are still there
+    const { rows: discards } = await db.store.transaction((tx) =>
+      tx.query<{ message_id: string; reason: string; discarded_by: string }>(
+        `SELECT message_id, reason, discarded_by FROM "${db.schema}".dead_letter_discards WHERE consumer = $1`,
+        [config.name],
+      ),
+    );
+    expect(discards.map((r) => r.message_id).sort()).toEqual([...garbled].sort());
+    expect(new Set(discards.map((r) => `${r.reason}/${r.discarded_by}`))).toEqual(
+      new Set(['invalid-body/tester']),
+    );
+    const finalRows = await ledgerRows(config.name);
+    expect(
+      finalRows
+        .filter((r) => r.state === 'discarded')
+        .map((r) => r.message_id)
+        .sort(),
+    ).toEqual([...garbled].sort());
+    expect(finalRows.filter((r) => r.state === 'replayed')).toHaveLength(25);
+
+    // Still one effect each.
+    const final = await db.effectCounts();
+    expect(final.size).toBe(25);
+    expect([...final.values()].every((n) => n === 1)).toBe(true);
+  }, 240_000);
+
+  it('refuses a second pass while one holds the lock, and a store without a ledger', async () => {
+    const topic = uniqueName('dlqlock');
+    await createTopic(admin, topic, 1);
+    await createTopic(admin, `${topic}.dlq`, 1);
+    const config: ConsumerConfig<Body> = {
+      name: `c-${topic}`,
+      broker: brokerOf(topic),
+      store: db.store,
+      logger: silentLogger,
+      handler: async () => {},
+    };
+    const first = await openDeadLetters(config);
+    cleanups.push(() => first.close());
+    const started = Date.now();
+    await expect((await DeadLetters.open(config)).list()).rejects.toBeInstanceOf(KafkaDeadLetterError);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(9_000); // it waited for the lock
+    await first.close();
+    expect((await (await DeadLetters.open(config)).list()).letters).toEqual([]);
+
+    const withoutLedger = { ...db.store, deadLetterLog: { ...db.store.deadLetterLog, ledger: undefined } };
+    await expect(
+      openDeadLetters({ ...config, store: withoutLedger as unknown as IdempotencyStore<unknown> }),
+    ).rejects.toSatisfy((error) => isOncelyError(error, 'CONFIG_INVALID'));
+  }, 60_000);
+});
