@@ -379,6 +379,8 @@ class KafkaDeadLetterSession implements DeadLetterSession {
       byTopic.set(row.target.topic, [...(byTopic.get(row.target.topic) ?? []), row]);
     }
     for (const [topic, topicRows] of byTopic) {
+      // A source topic deleted since: no copy to find there (the re-send is refused later).
+      if (!(await this.admin.topicExists(topic))) continue;
       const offsets = new Map(
         (await this.admin.partitionOffsets(topic)).map((o) => [o.partition, o] as const),
       );

@@ -14,7 +14,7 @@ import {
   isOncelyError,
   silentLogger,
 } from '@oncely/core';
-import { DEAD_LETTER_HEADERS, KafkaDeadLetterError, openDeadLetters } from '@oncely/kafka';
+import { DEAD_LETTER_HEADERS, deadLetterRecord, KafkaDeadLetterError, openDeadLetters } from '@oncely/kafka';
 import type { Admin, Kafka, Producer } from 'kafkajs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { clientUnderTest } from './support/harness.js';
@@ -66,6 +66,52 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
   /** Each partition's end offset: what a pass must leave as it was (it never writes the DLQ). */
   async function ends(topic: string): Promise<string[]> {
     return (await admin.fetchTopicOffsets(topic)).map((p) => `${p.partition}:${p.high}`).sort();
+  }
+
+  /** Writes dead letters as the consumer `consumer` would have, from `topic`'s partition 0 (offset = index). */
+  async function seedDeadLetters(
+    dlqTopic: string,
+    consumer: string,
+    topic: string,
+    letters: ReadonlyArray<{ id: string; reason?: 'max-attempts' | 'invalid-body' }>,
+    firstOffset = 0,
+  ): Promise<void> {
+    await producer.send({
+      topic: dlqTopic,
+      acks: -1,
+      messages: letters.map(({ id, reason }, i) => ({
+        ...deadLetterRecord({
+          topic,
+          partition: 0,
+          message: {
+            key: Buffer.from(id),
+            value: Buffer.from(JSON.stringify({ id })),
+            headers: { 'message-id': id },
+            offset: String(firstOffset + i),
+            timestamp: String(Date.now()),
+            attributes: 0,
+          },
+          consumer,
+          reason: reason ?? 'max-attempts',
+          detail: 'down',
+          attempts: 5,
+        }),
+        partition: 0,
+      })),
+    });
+  }
+
+  function configOf(
+    topic: string,
+    overrides: Partial<ReturnType<typeof brokerOf>> & { deadLetterTopic?: string } = {},
+  ) {
+    return {
+      name: `c-${topic}`,
+      broker: { ...brokerOf(topic), ...overrides },
+      store: db.store,
+      logger: silentLogger,
+      handler: async () => {},
+    } satisfies ConsumerConfig<Body>;
   }
 
   async function ledgerRows(consumer: string) {
@@ -284,4 +330,110 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
       openDeadLetters({ ...config, store: withoutLedger as unknown as IdempotencyStore<unknown> }),
     ).rejects.toSatisfy((error) => isOncelyError(error, 'CONFIG_INVALID'));
   }, 60_000);
+
+  it('a re-send the broker refuses leaves the dead letter where it was', async () => {
+    const topic = uniqueName('dlqgone');
+    await createTopic(admin, topic, 1);
+    await createTopic(admin, `${topic}.dlq`, 1);
+    const config = configOf(topic);
+    const ids = ['a', 'b', 'c'].map((n) => `${topic}-${n}`);
+    await seedDeadLetters(
+      `${topic}.dlq`,
+      config.name,
+      topic,
+      ids.map((id) => ({ id })),
+    );
+    // An interrupted pass's intent towards the topic that is about to go.
+    const first = (await (await DeadLetters.open(config)).list()).letters;
+    expect(first.map((l) => l.messageId)).toEqual(ids);
+    const ledger = db.store.deadLetterLog.ledger!;
+    await ledger.put([
+      {
+        consumer: config.name,
+        queue: `${topic}.dlq`,
+        partition: 0,
+        offset: '0',
+        fingerprint: 'from-an-older-record',
+        state: 'replaying',
+        target: { topic, partition: 0, from: '0' },
+        at: new Date(),
+      },
+    ]);
+    await admin.deleteTopics({ topics: [topic] });
+    const dlq = await DeadLetters.open(config);
+    await expect(dlq.replay({})).rejects.toThrow();
+    // Nothing sent, nothing marked: the letters are listed as before, the stale intent gone.
+    expect((await dlq.list()).letters.map((l) => l.messageId)).toEqual(ids);
+    expect(await ledgerRows(config.name)).toEqual([]);
+  }, 120_000);
+
+  it("shares a dead-letter topic: lists and moves only its own consumer's letters", async () => {
+    const shared = uniqueName('dlqshared');
+    const [topicA, topicB] = [`${shared}-a`, `${shared}-b`];
+    for (const topic of [topicA, topicB, shared]) await createTopic(admin, topic, 1);
+    const a = configOf(topicA, { deadLetterTopic: shared });
+    const b = configOf(topicB, { deadLetterTopic: shared });
+    await seedDeadLetters(shared, a.name, topicA, [{ id: 'a-1' }, { id: 'a-2' }]);
+    await seedDeadLetters(shared, b.name, topicB, [{ id: 'b-1' }, { id: 'b-2' }]);
+    // Not Oncely's: no oncely-consumer header.
+    await producer.send({
+      topic: shared,
+      messages: [{ value: 'from elsewhere', headers: { 'message-id': 'x' } }],
+    });
+    const dlqA = await DeadLetters.open(a);
+    const dlqB = await DeadLetters.open(b);
+    expect((await dlqA.list()).letters.map((l) => l.messageId)).toEqual(['a-1', 'a-2']);
+    expect((await dlqA.replay({})).replayed).toEqual(['a-1', 'a-2']);
+    expect(await ends(topicA)).toEqual(['0:2']);
+    expect(await ends(topicB)).toEqual(['0:0']);
+    expect((await dlqA.list()).letters).toEqual([]);
+    expect((await dlqB.list()).letters.map((l) => l.messageId)).toEqual(['b-1', 'b-2']);
+    await dlqB.discard({ ids: ['b-2'] }, { by: 'tester' });
+    expect((await dlqB.list()).letters.map((l) => l.messageId)).toEqual(['b-1']);
+    expect((await ledgerRows(a.name)).map((r) => `${r.message_id}:${r.state}`)).toEqual([
+      'a-1:replayed',
+      'a-2:replayed',
+    ]);
+    expect((await ledgerRows(b.name)).map((r) => `${r.message_id}:${r.state}`)).toEqual(['b-2:discarded']);
+  }, 120_000);
+
+  it('forgets expired letters and does not match a recreated topic', async () => {
+    const topic = uniqueName('dlqexpire');
+    const dlqTopic = `${topic}.dlq`;
+    await createTopic(admin, topic, 1);
+    await createTopic(admin, dlqTopic, 1);
+    const config = configOf(topic);
+    await seedDeadLetters(
+      dlqTopic,
+      config.name,
+      topic,
+      ['m-0', 'm-1', 'm-2', 'm-3'].map((id) => ({ id })),
+    );
+    const dlq = await DeadLetters.open(config);
+    await dlq.discard({ ids: ['m-0', 'm-1'] }, { by: 'tester' });
+    expect((await dlq.list()).letters.map((l) => l.messageId)).toEqual(['m-2', 'm-3']);
+    // Retention removed the first record: its row goes, the rest stay.
+    await admin.deleteTopicRecords({ topic: dlqTopic, partitions: [{ partition: 0, offset: '1' }] });
+    expect((await dlq.list()).letters.map((l) => l.messageId)).toEqual(['m-2', 'm-3']);
+    expect((await ledgerRows(config.name)).map((r) => `${r.dlq_offset}:${r.state}`)).toEqual(['1:discarded']);
+
+    // The topic is deleted and created again: new letters at the same offsets are not the
+    // ones the ledger speaks of.
+    await admin.deleteTopics({ topics: [dlqTopic] });
+    await until(
+      'the dead-letter topic deleted',
+      async () => !(await admin.listTopics()).includes(dlqTopic),
+      60_000,
+    );
+    await createTopic(admin, dlqTopic, 1);
+    await seedDeadLetters(
+      dlqTopic,
+      config.name,
+      topic,
+      ['n-0', 'n-1'].map((id) => ({ id })),
+      10,
+    );
+    expect((await dlq.list()).letters.map((l) => l.messageId)).toEqual(['n-0', 'n-1']);
+    expect(await ledgerRows(config.name)).toEqual([]);
+  }, 120_000);
 });
