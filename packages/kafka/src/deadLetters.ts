@@ -469,11 +469,7 @@ class KafkaDeadLetterSession implements DeadLetterSession {
     const attributes = Object.fromEntries(Object.entries(headers).filter(([name]) => !STRIPPED.has(name)));
     const attempts = Number(headers[DEAD_LETTER_HEADERS.attempts]);
     const lastFailedAt = at === undefined ? undefined : new Date(at);
-    const fingerprint = createHash('sha256')
-      .update(
-        `${topic}/${originPartition}/${originOffset}\x1f${at ?? ''}\x1f${headers[DEAD_LETTER_HEADERS.reason] ?? ''}`,
-      )
-      .digest('hex');
+    const fingerprint = deadLetterFingerprint(headers);
     return {
       envelope: {
         body: record.value,
@@ -532,6 +528,20 @@ class KafkaDeadLetterSession implements DeadLetterSession {
     })();
     return this.connecting;
   }
+}
+
+/**
+ * What ties a ledger row to its record: a hash of the record's own evidence (where it came
+ * from, when and why it was dead-lettered), so that a recreated topic's record at the same
+ * offset is not taken for it.
+ */
+export function deadLetterFingerprint(headers: Record<string, string>): string {
+  const origin = `${headers[DEAD_LETTER_HEADERS.topic]}/${headers[DEAD_LETTER_HEADERS.partition]}/${headers[DEAD_LETTER_HEADERS.offset]}`;
+  return createHash('sha256')
+    .update(
+      `${origin}\x1f${headers[DEAD_LETTER_HEADERS.timestamp] ?? ''}\x1f${headers[DEAD_LETTER_HEADERS.reason] ?? ''}`,
+    )
+    .digest('hex');
 }
 
 /** `oncely-replay-of` of a copy: the dead letter's position and 8 hex digits of its fingerprint. */

@@ -14,7 +14,13 @@ import {
   isOncelyError,
   silentLogger,
 } from '@oncely/core';
-import { DEAD_LETTER_HEADERS, deadLetterRecord, KafkaDeadLetterError, openDeadLetters } from '@oncely/kafka';
+import {
+  DEAD_LETTER_HEADERS,
+  deadLetterRecord,
+  findDeadLetters,
+  KafkaDeadLetterError,
+  openDeadLetters,
+} from '@oncely/kafka';
 import type { Admin, Kafka, Producer } from 'kafkajs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { clientUnderTest } from './support/harness.js';
@@ -204,6 +210,8 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
     expect(await ends(dlqTopic)).toEqual(written);
     expect(await ledgerRows(config.name)).toEqual([]);
 
+    expect(await findDeadLetters(config, failing[0]!)).toHaveLength(1);
+
     const dry = await dlq.replay({ group: byReason['max-attempts']!.id }, { dryRun: true });
     expect(dry).toMatchObject({ dryRun: true, alreadyProcessed: [], withoutId: 0 });
     expect([...dry.replayed].sort()).toEqual([...failing].sort());
@@ -299,6 +307,11 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
         .sort(),
     ).toEqual([...garbled].sort());
     expect(finalRows.filter((r) => r.state === 'replayed')).toHaveLength(25);
+
+    // `oncely inspect` no longer reports a copy the ledger says was replayed or discarded
+    // (it did, next to the discard record, saying the DLQ still held it).
+    expect(await findDeadLetters(config, failing[0]!)).toEqual([]);
+    expect(await findDeadLetters(config, garbled[0]!)).toEqual([]);
 
     // Still one effect each.
     const final = await db.effectCounts();
