@@ -31,6 +31,12 @@ import { MESSAGE_ID_HEADER } from './send.js';
 const LOCK_WAIT_MS = 10_000;
 /** How long one scan of the dead-letter topic (or of a source partition) may take. */
 const SCAN_TIMEOUT_MS = 120_000;
+/**
+ * How long after its intent a copy may still turn up (offsets mode, see recover): the
+ * broker's replica.lag.time.max.ms default, after which a follower that has not fetched is
+ * out of the in-sync set and the high watermark moves on without it.
+ */
+const REPLICATION_GRACE_MS = 30_000;
 /** How many discards are written in one commit at most. */
 const DISCARD_BATCH = 500;
 /** The headers a dead letter carries and its re-sent copy must not (it starts afresh). */
@@ -373,6 +379,57 @@ class KafkaDeadLetterSession implements DeadLetterSession {
   private async recover(rows: DeadLetterLedgerEntry[]): Promise<void> {
     const found = new Map<string, string>();
     const expired: DeadLetterLedgerEntry[] = [];
+    await this.findCopies(rows, found, expired);
+    if (this.config.mode === 'offsets') {
+      // A copy the killed pass's leader had appended but not yet replicated lies above the
+      // high watermark, invisible to the scan, and may still become visible: without a
+      // marker to absorb it, a re-send now could be a second effect. Rows younger than the
+      // broker's replica.lag.time.max.ms default are looked for once more after it.
+      const young = rows.filter(
+        (row) => !found.has(key(row)) && Date.now() - row.at.getTime() < REPLICATION_GRACE_MS,
+      );
+      if (young.length > 0) {
+        const wait = Math.max(...young.map((row) => row.at.getTime())) + REPLICATION_GRACE_MS - Date.now();
+        await new Promise((resolve) => setTimeout(resolve, Math.max(0, wait)));
+        await this.findCopies(young, found, []);
+      }
+    }
+    const lost = expired.filter((row) => !found.has(key(row)));
+    if (lost.length > 0 && this.config.mode === 'offsets') {
+      // No marker would absorb a second copy: better stop than double an effect.
+      throw new KafkaDeadLetterError(
+        `cannot tell whether ${lost.length} dead letter(s) of an interrupted replay reached '${lost[0]!.target!.topic}' (its retention removed records since): first ${this.queue}/${lost[0]!.partition}/${lost[0]!.offset}; check the consumer's effects, then delete their 'replaying' rows from dead_letter_ledger to list them again, or mark them 'replayed'`,
+      );
+    }
+    this.assertLocked();
+    const now = new Date();
+    await this.ledger.put(
+      rows
+        .filter((row) => found.has(key(row)))
+        .map((row) => ({
+          ...row,
+          state: 'replayed' as const,
+          target: { ...row.target!, offset: found.get(key(row))! },
+          at: now,
+        })),
+    );
+    await this.ledger.delete(
+      this.config.name,
+      this.queue,
+      rows.filter((row) => !found.has(key(row))),
+    );
+  }
+
+  /**
+   * Looks for the copies of `rows` in their target partitions, from each row's `from` to the
+   * end now; adds what it finds to `found` (row key → the copy's offset), and to `expired`
+   * the rows whose partition's retention removed records above their `from`.
+   */
+  private async findCopies(
+    rows: DeadLetterLedgerEntry[],
+    found: Map<string, string>,
+    expired: DeadLetterLedgerEntry[],
+  ): Promise<void> {
     const byTopic = new Map<string, DeadLetterLedgerEntry[]>();
     for (const row of rows) {
       if (!row.target) continue;
@@ -402,35 +459,9 @@ class KafkaDeadLetterSession implements DeadLetterSession {
       await this.scan(topic, ends, starts, (record) => {
         const mark = headersToAttributes(record.headers)[DEAD_LETTER_HEADERS.replayOf];
         const row = mark === undefined ? undefined : wanted.get(mark);
-        if (row && BigInt(record.offset) >= BigInt(row.target!.from)) {
-          found.set(`${row.partition}/${row.offset}`, record.offset);
-        }
+        if (row && BigInt(record.offset) >= BigInt(row.target!.from)) found.set(key(row), record.offset);
       });
     }
-    const lost = expired.filter((row) => !found.has(`${row.partition}/${row.offset}`));
-    if (lost.length > 0 && this.config.mode === 'offsets') {
-      // No marker would absorb a second copy: better stop than double an effect.
-      throw new KafkaDeadLetterError(
-        `cannot tell whether ${lost.length} dead letter(s) of an interrupted replay reached '${lost[0]!.target!.topic}' (its retention removed records since): first ${this.queue}/${lost[0]!.partition}/${lost[0]!.offset}; check the consumer's effects, then delete their 'replaying' rows from dead_letter_ledger to list them again, or mark them 'replayed'`,
-      );
-    }
-    this.assertLocked();
-    const now = new Date();
-    await this.ledger.put(
-      rows
-        .filter((row) => found.has(`${row.partition}/${row.offset}`))
-        .map((row) => ({
-          ...row,
-          state: 'replayed' as const,
-          target: { ...row.target!, offset: found.get(`${row.partition}/${row.offset}`)! },
-          at: now,
-        })),
-    );
-    await this.ledger.delete(
-      this.config.name,
-      this.queue,
-      rows.filter((row) => !found.has(`${row.partition}/${row.offset}`)),
-    );
   }
 
   /** Reads `topic` from `starts` (else the log start) to `ends`, in a throwaway group. */
@@ -557,6 +588,11 @@ function safeId(strategy: IdStrategy, letter: KafkaHeld): string | undefined {
     // A strategy that throws on this letter: the row goes without an ID.
     return undefined;
   }
+}
+
+/** A ledger row's dead-letter position, as a map key. */
+function key(row: { partition: number; offset: string }): string {
+  return `${row.partition}/${row.offset}`;
 }
 
 function compareOffsets(a: string, b: string): number {

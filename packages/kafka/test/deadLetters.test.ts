@@ -449,4 +449,104 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
     expect((await dlq.list()).letters.map((l) => l.messageId)).toEqual(['n-0', 'n-1']);
     expect(await ledgerRows(config.name)).toEqual([]);
   }, 120_000);
+
+  it('replays in offsets mode under the original ID, and finds a late copy before re-sending', async () => {
+    const topic = uniqueName('dlqoffsets');
+    await createTopic(admin, topic, 1);
+    const broken = { on: true };
+    const name = `c-${topic}`;
+    const config: ConsumerConfig<Body> = {
+      name,
+      broker: brokerOf(topic),
+      store: db.store,
+      logger: silentLogger,
+      mode: 'offsets',
+      maxAttempts: 1,
+      handler: async (message, ctx) => {
+        if (broken.on) throw new Error('down');
+        await db.insertEffect(ctx.tx, { id: message.id, consumer: name });
+      },
+    };
+    const consumer = await createConsumer(config);
+    let deadLettered = 0;
+    consumer.on('deadLettered', () => deadLettered++);
+    await consumer.start();
+    cleanups.push(() => consumer.stop());
+    // No message-id: in offsets mode a record is named by its topic/partition/offset.
+    await publish(
+      producer,
+      topic,
+      [0, 1, 2].map((n) => ({ body: { id: `n-${n}` } })),
+    );
+    await until('3 dead letters', () => deadLettered === 3, 60_000);
+    const ids = [0, 1, 2].map((n) => `${topic}/0/${n}`);
+    const dlq = await DeadLetters.open(config);
+    expect((await dlq.list()).letters.map((l) => l.messageId)).toEqual(ids);
+
+    broken.on = false;
+    await dlq.replay({ ids: [ids[0]!, ids[1]!] });
+    // The copies sit at offsets 3 and 4, yet are applied under the original IDs.
+    await until(
+      '2 effects',
+      async () => (await db.rows()).filter((r) => r.consumer === name).length === 2,
+      60_000,
+    );
+    expect((await db.rows()).filter((r) => r.consumer === name).map((r) => r.message_id)).toEqual([
+      ids[0],
+      ids[1],
+    ]);
+    await consumer.stop();
+
+    // A pass killed after its send, whose copy the broker had not made visible yet: the next
+    // pass waits (offsets mode: no marker would absorb a second copy) and finds it.
+    // The third letter is replayed (its row holds the real fingerprint), then the test turns
+    // the row back into an unconfirmed intent whose copy is not in the source yet.
+    const ledger = db.store.deadLetterLog.ledger!;
+    expect((await dlq.replay({ ids: [ids[2]!] })).replayed).toEqual([ids[2]]);
+    const done = (await ledger.entries(name, `${topic}.dlq`)).find((e) => e.messageId === ids[2])!;
+    const from = String((await admin.fetchTopicOffsets(topic))[0]!.high);
+    await ledger.put([
+      {
+        ...done,
+        state: 'replaying',
+        target: { topic, partition: 0, from },
+        at: new Date(Date.now() - 27_000),
+      },
+    ]);
+    // Another record after `from`, so that the pass's first look scans the partition (and
+    // its scan group shows it has looked).
+    await producer.send({ topic, acks: -1, messages: [{ partition: 0, value: 'unrelated' }] });
+    const scanGroups = async () =>
+      (await admin.listGroups()).groups.map((g) => g.groupId).filter((g) => g.startsWith(`${name}-dlq-`));
+    const before = new Set(await scanGroups());
+    const started = Date.now();
+    const listing = dlq.list();
+    // Its first look in the source has begun (its scan group exists; the end offset it reads
+    // to was taken before): the copy written now lies beyond it, as a late one would.
+    await until(
+      'the first recovery scan',
+      async () => (await scanGroups()).some((g) => !before.has(g)),
+      20_000,
+    );
+    await producer.send({
+      topic,
+      acks: -1,
+      messages: [
+        {
+          partition: 0,
+          value: JSON.stringify({ id: 'n-2' }),
+          headers: {
+            'message-id': ids[2]!,
+            [DEAD_LETTER_HEADERS.replayOf]: `${topic}.dlq/0/${done.offset}#${done.fingerprint.slice(0, 8)}`,
+          },
+        },
+      ],
+    });
+    expect((await listing).letters).toEqual([]);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);
+    expect((await ledger.entries(name, `${topic}.dlq`)).find((e) => e.messageId === ids[2])).toMatchObject({
+      state: 'replayed',
+      target: { offset: String(BigInt(from) + 1n) }, // after the unrelated record
+    });
+  }, 120_000);
 });
