@@ -102,6 +102,8 @@ export interface ClusterAdmin {
   committedOffsets(groupId: string, topic: string): Promise<Map<number, bigint>>;
   /** The topic's `max.message.bytes`; rejects when it cannot be read (a missing topic, no Describe permission). */
   maxMessageBytes(topic: string): Promise<number>;
+  /** The topic's configs named (as the broker reports them; absent: not reported). */
+  topicConfigs(topic: string, names: string[]): Promise<Map<string, string>>;
   /** How many brokers answer, and the controller's ID (`oncely doctor`). */
   describeCluster(): Promise<{ brokers: number; controller: number | null }>;
   /** Each partition's first and next offset (log start and high watermark). */
