@@ -451,8 +451,11 @@ class KafkaDeadLetterSession implements DeadLetterSession {
         if (!partition) continue; // the partition is gone: nothing to find, re-send
         // Retention removed records above `from`: a copy may have been among them.
         if (partition.low > from) expired.push(row);
-        if (partition.high <= from) continue;
-        starts.set(target.partition, min(starts.get(target.partition), from));
+        // What is left of [from, end): a scan asked to begin below the log start would wait
+        // for records that no longer exist until it timed out.
+        const begin = partition.low > from ? partition.low : from;
+        if (partition.high <= begin) continue;
+        starts.set(target.partition, min(starts.get(target.partition), begin));
         ends.set(target.partition, partition.high);
         wanted.set(replayMark(this.queue, row.partition, row.offset, row.fingerprint), row);
       }

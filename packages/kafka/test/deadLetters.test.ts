@@ -19,6 +19,7 @@ import {
   deadLetterRecord,
   findDeadLetters,
   KafkaDeadLetterError,
+  KafkaTopicMissingError,
   openDeadLetters,
 } from '@oncely/kafka';
 import type { Admin, Kafka, Producer } from 'kafkajs';
@@ -338,6 +339,11 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
     await first.close();
     expect((await (await DeadLetters.open(config)).list()).letters).toEqual([]);
 
+    // No dead-letter topic: refused by name, before any lock is taken.
+    await expect(
+      openDeadLetters({ ...config, broker: { ...config.broker, deadLetterTopic: `${topic}.absent` } }),
+    ).rejects.toBeInstanceOf(KafkaTopicMissingError);
+
     const withoutLedger = { ...db.store, deadLetterLog: { ...db.store.deadLetterLog, ledger: undefined } };
     await expect(
       openDeadLetters({ ...config, store: withoutLedger as unknown as IdempotencyStore<unknown> }),
@@ -450,7 +456,7 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
     expect(await ledgerRows(config.name)).toEqual([]);
   }, 120_000);
 
-  it('replays in offsets mode under the original ID, and finds a late copy before re-sending', async () => {
+  it('replays in offsets mode under the original ID, finds a late copy, and stops where the source expired', async () => {
     const topic = uniqueName('dlqoffsets');
     await createTopic(admin, topic, 1);
     const broken = { on: true };
@@ -547,6 +553,25 @@ describe.skipIf(!brokers)('Kafka dead letters (real Kafka + PostgreSQL)', () => 
     expect((await ledger.entries(name, `${topic}.dlq`)).find((e) => e.messageId === ids[2])).toMatchObject({
       state: 'replayed',
       target: { offset: String(BigInt(from) + 1n) }, // after the unrelated record
+    });
+
+    // The source's retention removed records above an old intent's `from`: whether its copy
+    // was among them cannot be told, and offsets mode has no marker to absorb a re-send.
+    const end = BigInt((await admin.fetchTopicOffsets(topic))[0]!.high);
+    await ledger.put([
+      {
+        ...done,
+        state: 'replaying',
+        target: { topic, partition: 0, from: String(end - 1n) },
+        at: new Date(Date.now() - 60_000),
+      },
+    ]);
+    await admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: String(end) }] });
+    await expect(dlq.list()).rejects.toThrow(
+      /cannot tell whether 1 dead letter\(s\) of an interrupted replay/,
+    );
+    expect((await ledger.entries(name, `${topic}.dlq`)).find((e) => e.messageId === ids[2])).toMatchObject({
+      state: 'replaying',
     });
   }, 120_000);
 });
