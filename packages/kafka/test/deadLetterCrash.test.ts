@@ -4,14 +4,16 @@
  * none lost, none doubled, and (the stronger Kafka claim, which no marker helps with) the
  * source topic holds exactly one re-sent copy of each. Where each kill lands is tied to what
  * the test observes, never to a clock:
- * - two after a number of replayed lines (anywhere in a later window);
- * - one the moment the ledger holds an intent of the child's (`replaying`, not yet
- *   `replayed`): mostly before or during its send;
- * - two after the send and before its record: the test takes the ledger table's lock once
- *   the child's intents are committed, so the child's `replayed` write waits; when the
- *   source partitions have grown past the intents' `from` (the copies are there) the child
- *   is killed. Only the next pass's recovery keeps these from being sent twice (planted:
- *   a recovery that finds nothing fails this test with copies sent twice).
+ * - after a number of replayed lines (anywhere in a later window);
+ * - `intent`: the child stops once a batch's intents (`replaying`) are committed, before its
+ *   send, prints so, and is killed there;
+ * - `sent`: the child stops once a batch was sent and acknowledged, before the `replayed`
+ *   record, prints so, and is killed there (the test checks the copies are in the source).
+ *   Only the next pass's recovery keeps these from being sent twice (planted: a recovery
+ *   that finds nothing fails this test with copies sent twice, and in offsets mode with
+ *   effects doubled).
+ * The child stops by a hook on its store's ledger writes (dlqReplayChild.mjs): a kill that
+ * polled for those states from outside came too late on a loaded machine.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -31,12 +33,14 @@ interface ReplayChild {
   process: ChildProcess;
   /** Lines `replayed ...` printed so far. */
   count(): number;
+  /** It printed `paused ...`. */
+  paused(): boolean;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; output: string }>;
 }
 
-function startReplay(payload: unknown): ReplayChild {
+function startReplay(payload: unknown, pause?: string): ReplayChild {
   const child = spawn(process.execPath, [CHILD], {
-    env: { ...process.env, DLQ_CHILD: JSON.stringify(payload) },
+    env: { ...process.env, DLQ_CHILD: JSON.stringify(payload), ...(pause ? { DLQ_PAUSE: pause } : {}) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -51,7 +55,7 @@ function startReplay(payload: unknown): ReplayChild {
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; output: string }>(
     (resolve) => child.once('exit', (code, signal) => resolve({ code, signal, output })),
   );
-  return { process: child, exited, count: () => count };
+  return { process: child, exited, count: () => count, paused: () => /^paused /m.test(output) };
 }
 
 describe.skipIf(!brokers)('Kafka dead-letter replay killed half-way (real Kafka + PostgreSQL)', () => {
@@ -103,7 +107,8 @@ describe.skipIf(!brokers)('Kafka dead-letter replay killed half-way (real Kafka 
     return copies;
   }
 
-  type KillAt = { lines: number; at: 'lines' | 'intent' | 'sent' };
+  /** Kill after `lines` replayed lines, or where the child paused in its `batch`-th batch. */
+  type KillAt = { at: 'lines'; lines: number } | { at: 'intent' | 'sent'; batch: number };
 
   /**
    * Seeds `total` dead letters, runs the replay child killed at each step of `plan`, then to
@@ -202,95 +207,60 @@ describe.skipIf(!brokers)('Kafka dead-letter replay killed half-way (real Kafka 
       );
       return Object.fromEntries(rows.map((r) => [r.state, Number(r.n)]));
     };
-    /**
-     * Holds the ledger table's lock so the child's next write (its `replayed` record, or a
-     * later window's intent) waits; when this child's intents are still there and their
-     * copies have reached the source, kills the child inside the lock and returns how many
-     * intents that left sent and unrecorded (0: its window had already been recorded, try
-     * again).
-     */
-    const killedAfterSend = async (child: ReplayChild, startedAt: Date): Promise<number> => {
-      let release!: () => void;
-      const released = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      let result = 0;
-      let locked!: () => void;
-      const lockTaken = new Promise<void>((resolve) => {
-        locked = resolve;
-      });
-      const holding = db.store
-        .transaction(async (tx) => {
-          await tx.query(`LOCK TABLE "${db.schema}".dead_letter_ledger IN EXCLUSIVE MODE`);
-          locked();
-          await released;
-        })
-        .catch(() => {});
-      try {
-        await lockTaken;
-        const { rows } = await db.store.transaction((tx) =>
-          tx.query<{ target_partition: number; target_from: string }>(
-            `SELECT target_partition, target_from::text AS target_from FROM "${db.schema}".dead_letter_ledger
-              WHERE consumer = $1 AND state = 'replaying' AND at >= $2`,
-            [name, startedAt],
-          ),
-        );
-        if (rows.length === 0) return 0;
-        const from = new Map<number, bigint>();
-        for (const row of rows) from.set(row.target_partition, BigInt(row.target_from));
-        await until(
-          "the child's copies in the source",
-          async () => {
-            const ends = await admin.fetchTopicOffsets(topic);
-            return [...from].every(([p, f]) => BigInt(ends.find((e) => e.partition === p)!.high) > f);
-          },
-          30_000,
-        );
-        child.process.kill('SIGKILL');
-        await child.exited;
-        result = rows.length;
-        return result;
-      } finally {
-        release();
-        await holding;
-      }
+    /** Whether every copy of this child's unrecorded intents is in the source (its partitions grew past `from`). */
+    const intentsSent = async (startedAt: Date): Promise<boolean> => {
+      const { rows } = await db.store.transaction((tx) =>
+        tx.query<{ target_partition: number; target_from: string }>(
+          `SELECT target_partition, target_from::text AS target_from FROM "${db.schema}".dead_letter_ledger
+            WHERE consumer = $1 AND state = 'replaying' AND at >= $2`,
+          [name, startedAt],
+        ),
+      );
+      const ends = await admin.fetchTopicOffsets(topic);
+      return rows.every(
+        (row) =>
+          BigInt(ends.find((e) => e.partition === row.target_partition)!.high) > BigInt(row.target_from),
+      );
     };
     try {
       // Each kill waits for progress the child showed: replayed lines, or an intent in the ledger.
-      const kills: Array<{ at: string; lines: number; intents: number; sent: number }> = [];
+      const kills: Array<{ at: string; lines: number; intents: number; sent: boolean; ms: number }> = [];
       for (const step of plan) {
         const startedAt = new Date();
-        const child = startReplay(payload);
-        const kill = { at: step.at, lines: 0, intents: 0, sent: 0 };
-        const deadline = Date.now() + 120_000;
-        for (;;) {
-          if (child.process.exitCode !== null) break;
-          if (Date.now() > deadline) throw new Error(`no progress to kill at: ${JSON.stringify(step)}`);
-          if (child.count() >= step.lines) {
-            if (step.at === 'lines') break;
-            // This child's own intents, not those a killed one left (it settles them first).
-            kill.intents = (await ledgerStates(startedAt)).replaying ?? 0;
-            if (kill.intents > 0) {
-              if (step.at === 'intent') break;
-              kill.sent = await killedAfterSend(child, startedAt);
-              if (kill.sent > 0) break;
-            }
-          }
-          await new Promise((resolve) => setTimeout(resolve, 2));
+        const child = startReplay(payload, step.at === 'lines' ? undefined : `${step.at}:${step.batch}`);
+        const reached = () => (step.at === 'lines' ? child.count() >= step.lines : child.paused());
+        await until(
+          `the child at ${JSON.stringify(step)}`,
+          () => reached() || child.process.exitCode !== null,
+          120_000,
+        );
+        const kill = {
+          at: step.at,
+          lines: child.count(),
+          intents: 0,
+          sent: false,
+          ms: Date.now() - startedAt.getTime(),
+        };
+        if (step.at !== 'lines') {
+          // This child's own intents (a killed one's were settled by its recovery).
+          kill.intents = (await ledgerStates(startedAt)).replaying ?? 0;
+          kill.sent = await intentsSent(startedAt);
         }
         child.process.kill('SIGKILL');
         const { signal, output } = await child.exited;
         expect(signal, output).toBe('SIGKILL');
-        kill.lines = child.count();
         kills.push(kill);
       }
-      // Every kill landed where it was meant to: the 'sent' ones with copies sent and unrecorded.
-      const planned = (at: KillAt['at']) => plan.filter((step) => step.at === at).length;
-      expect(kills.filter((k) => k.at === 'sent' && k.sent > 0)).toHaveLength(planned('sent'));
-      expect(kills.filter((k) => k.intents > 0)).toHaveLength(planned('sent') + planned('intent'));
+      // Every kill landed where it was meant to: half-way, with intents left where planned,
+      // their copies in the source for 'sent' and not for 'intent'.
       expect(kills.every((k) => k.lines < total)).toBe(true);
+      expect(kills.filter((k) => k.at !== 'lines').every((k) => k.intents > 0)).toBe(true);
+      expect(kills.filter((k) => k.at === 'sent').every((k) => k.sent)).toBe(true);
+      expect(kills.filter((k) => k.at === 'intent').every((k) => !k.sent)).toBe(true);
+      const lastStarted = Date.now();
       const last = startReplay(payload);
       const { code, output } = await last.exited;
+      console.log(`[dlq crash ${mode}] last run: ${Date.now() - lastStarted} ms`);
       expect(code, output).toBe(0);
       expect(output).toMatch(/^done \d+$/m);
 
@@ -322,11 +292,11 @@ describe.skipIf(!brokers)('Kafka dead-letter replay killed half-way (real Kafka 
 
   it('1,000 dead letters, the replaying process SIGKILLed 5 times: lost 0, doubled 0', async () => {
     await replayKilled(1000, 'transactional', [
-      { lines: 40, at: 'lines' },
-      { lines: 0, at: 'sent' },
-      { lines: 150, at: 'lines' },
-      { lines: 50, at: 'intent' },
-      { lines: 100, at: 'sent' },
+      { at: 'lines', lines: 40 },
+      { at: 'sent', batch: 1 },
+      { at: 'lines', lines: 150 },
+      { at: 'intent', batch: 2 },
+      { at: 'sent', batch: 3 },
     ]);
   }, 600_000);
 
@@ -334,8 +304,8 @@ describe.skipIf(!brokers)('Kafka dead-letter replay killed half-way (real Kafka 
   // two phases and the recovery keep each effect single.
   it('offsets mode, 200 dead letters, killed twice after the send: lost 0, doubled 0', async () => {
     await replayKilled(200, 'offsets', [
-      { lines: 0, at: 'sent' },
-      { lines: 50, at: 'sent' },
+      { at: 'sent', batch: 1 },
+      { at: 'sent', batch: 2 },
     ]);
   }, 300_000);
 });
