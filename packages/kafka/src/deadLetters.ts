@@ -121,7 +121,7 @@ async function takeLock(
     if (lock) return lock;
     if (Date.now() >= deadline) {
       throw new KafkaDeadLetterError(
-        `another oncely dlq pass on '${queue}' for consumer '${consumer}' is running (its lock was held for ${LOCK_WAIT_MS / 1000} s)`,
+        `another oncely dlq pass on '${queue}' for consumer '${consumer}' is running (its lock was still held after ${LOCK_WAIT_MS / 1000} s); run again once it is done`,
       );
     }
     await new Promise((resolve) => setTimeout(resolve, 200));
