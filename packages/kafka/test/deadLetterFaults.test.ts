@@ -1,0 +1,258 @@
+/**
+ * `openDeadLetters` under faults a real broker will not produce on demand: a copy the
+ * broker appended but had not made visible yet (high watermark behind, a request still in
+ * flight), a pass whose lock was lost while its send was pending, and a message
+ * dead-lettered twice. The cluster is an in-memory fake behind the driver interface; the
+ * ledger an in-memory one with the store's semantics. What counts is what lands in the
+ * source topic.
+ */
+import {
+  type ConsumerConfig,
+  type DeadLetterLedger,
+  type DeadLetterLedgerEntry,
+  DeadLetters,
+  type IdempotencyStore,
+} from '@oncely/core';
+import type { KafkaMessage } from 'kafkajs';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { KafkaClientDriver, OutgoingRecord, TopicScan } from '../src/adapter/clientApi.js';
+
+type FakeRecord = KafkaMessage;
+
+/** Topics of partitions; a partition's records at or above `hw` are not visible yet. */
+class FakeCluster {
+  readonly topics = new Map<string, Array<{ records: FakeRecord[]; hw: number }>>();
+  /** Replaces how a send lands (default: appended and visible at once). */
+  onSend: ((topic: string, records: OutgoingRecord[]) => Promise<void>) | undefined;
+
+  create(topic: string, partitions: number): void {
+    this.topics.set(
+      topic,
+      Array.from({ length: partitions }, () => ({ records: [], hw: 0 })),
+    );
+  }
+
+  append(topic: string, partition: number, record: OutgoingRecord, visible = true): string {
+    const log = this.topics.get(topic)![partition]!;
+    const offset = String(log.records.length);
+    const headers: Record<string, Buffer> = {};
+    for (const [name, value] of Object.entries(record.headers ?? {})) {
+      headers[name] = Buffer.isBuffer(value) ? value : Buffer.from(String(value));
+    }
+    log.records.push({
+      key: record.key == null ? null : Buffer.from(record.key as string | Buffer),
+      value: record.value == null ? null : Buffer.from(record.value as string | Buffer),
+      headers,
+      offset,
+      timestamp: String(Date.now()),
+      attributes: 0,
+    } as FakeRecord);
+    if (visible) log.hw = log.records.length;
+    return offset;
+  }
+
+  /** What the source topic holds (visible or not). */
+  all(topic: string): FakeRecord[] {
+    return this.topics.get(topic)!.flatMap((log) => log.records);
+  }
+
+  driver(): KafkaClientDriver {
+    return {
+      name: 'fake',
+      consumer: () => {
+        throw new Error('not used');
+      },
+      producer: () => ({
+        connect: async () => {},
+        disconnect: async () => {},
+        send: async (topic: string, records: OutgoingRecord[]) => {
+          if (this.onSend) await this.onSend(topic, records);
+          else for (const record of records) this.append(topic, record.partition ?? 0, record);
+          return [];
+        },
+      }),
+      admin: () =>
+        ({
+          connect: async () => {},
+          disconnect: async () => {},
+          topicExists: async (topic: string) => this.topics.has(topic),
+          partitionOffsets: async (topic: string) =>
+            this.topics.get(topic)!.map((log, partition) => ({ partition, low: 0n, high: BigInt(log.hw) })),
+          deleteGroup: async () => {},
+        }) as unknown as ReturnType<KafkaClientDriver['admin']>,
+      scanTopic: async (scan: TopicScan) => {
+        const logs = this.topics.get(scan.topic)!;
+        for (const [partition, end] of scan.ends) {
+          const log = logs[partition]!;
+          const from = Number(scan.starts?.get(partition) ?? 0n);
+          for (let at = from; at < Math.min(Number(end), log.hw); at++) {
+            if (scan.visit(log.records[at]!, partition)) return;
+          }
+        }
+      },
+    };
+  }
+}
+
+const cluster = { current: new FakeCluster() };
+vi.mock('../src/adapter/loadDriver.js', () => ({
+  toolDriver: async () => cluster.current.driver(),
+  loadDriver: async () => cluster.current.driver(),
+}));
+
+const { openDeadLetters } = await import('../src/deadLetters.js');
+const { DEAD_LETTER_HEADERS } = await import('../src/deadLetter.js');
+
+/** The store's ledger in memory; `lock.lost` settable, a lost lock free for the next pass. */
+class FakeLedger implements DeadLetterLedger {
+  readonly rows = new Map<string, DeadLetterLedgerEntry>();
+  held: { lost: boolean; release(): Promise<void> } | undefined;
+  /** Applied to each row put (e.g. to age an intent). */
+  shape: ((entry: DeadLetterLedgerEntry) => DeadLetterLedgerEntry) | undefined;
+
+  async tryLock() {
+    if (this.held && !this.held.lost) return undefined;
+    const lock = {
+      lost: false,
+      release: async () => {
+        if (this.held === lock) this.held = undefined;
+      },
+    };
+    this.held = lock;
+    return lock;
+  }
+  async entries() {
+    return [...this.rows.values()].map((row) => ({ ...row }));
+  }
+  async put(entries: readonly DeadLetterLedgerEntry[]) {
+    for (const entry of entries) {
+      const row = this.shape ? this.shape({ ...entry }) : { ...entry };
+      this.rows.set(`${entry.partition}/${entry.offset}`, row);
+    }
+  }
+  async delete(_c: string, _q: string, keys: ReadonlyArray<{ partition: number; offset: string }>) {
+    for (const { partition, offset } of keys) this.rows.delete(`${partition}/${offset}`);
+  }
+  async prune() {
+    return 0;
+  }
+}
+
+function configOf(ledger: FakeLedger, mode: 'transactional' | 'offsets'): ConsumerConfig<any, any> {
+  const store = {
+    deadLetterLog: {
+      ledger,
+      processed: async () => new Set<string>(),
+      recordDiscards: async () => {},
+      discards: async () => [],
+    },
+  } as unknown as IdempotencyStore<unknown>;
+  return {
+    name: 'payments',
+    broker: { type: 'kafka', brokers: ['fake:9092'], topic: 'src' },
+    store,
+    mode,
+    handler: async () => {},
+  } as unknown as ConsumerConfig<any, any>;
+}
+
+/** A dead letter of src/0/<origin> in dlq partition 0, as the adapter writes it. */
+function deadLetter(fake: FakeCluster, origin: string, id: string | undefined, at: Date): string {
+  return fake.append('src.dlq', 0, {
+    key: `k-${origin}`,
+    value: JSON.stringify({ origin }),
+    headers: {
+      ...(id === undefined ? {} : { 'message-id': id }),
+      [DEAD_LETTER_HEADERS.reason]: 'handler-error',
+      [DEAD_LETTER_HEADERS.detail]: 'boom',
+      [DEAD_LETTER_HEADERS.consumer]: 'payments',
+      [DEAD_LETTER_HEADERS.topic]: 'src',
+      [DEAD_LETTER_HEADERS.partition]: '0',
+      [DEAD_LETTER_HEADERS.offset]: origin,
+      [DEAD_LETTER_HEADERS.timestamp]: at.toISOString(),
+    },
+  });
+}
+
+function open(ledger: FakeLedger, mode: 'transactional' | 'offsets') {
+  return DeadLetters.open(configOf(ledger, mode), { openDeadLetters } as never);
+}
+
+describe('Kafka dead letters under faults (fake cluster, in-memory ledger)', () => {
+  afterEach(() => {
+    cluster.current = new FakeCluster();
+  });
+
+  it('a copy not visible yet when the next pass recovers is found, not sent twice (transactional mode too)', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    deadLetter(fake, '7', 'm-7', new Date(Date.now() - 60_000));
+    const ledger = new FakeLedger();
+    // Pass A died after its send reached the leader but before the high watermark moved:
+    // the copy is appended, not visible yet; it becomes visible 1 s later.
+    fake.onSend = async (topic, records) => {
+      for (const record of records) fake.append(topic, record.partition ?? 0, record, false);
+      setTimeout(() => {
+        const log = fake.topics.get('src')![0]!;
+        log.hw = log.records.length;
+      }, 1_000);
+    };
+    ledger.shape = (entry) =>
+      entry.state === 'replaying' ? { ...entry, at: new Date(Date.now() - 28_000) } : entry;
+    const a = await open(ledger, 'transactional');
+    await expect(a.replay({ all: true })).resolves.toBeDefined();
+    // The first pass saw its copy acknowledged: settle to the state a kill right after
+    // the ack leaves (the intent only).
+    for (const row of ledger.rows.values()) {
+      row.state = 'replaying';
+      row.at = new Date(Date.now() - 28_000);
+      delete row.target!.offset;
+    }
+    ledger.shape = undefined;
+    fake.onSend = undefined;
+    const b = await open(ledger, 'transactional');
+    await b.replay({ all: true });
+    expect(fake.all('src').map((r) => r.headers?.['message-id']?.toString())).toEqual(['m-7']);
+    expect([...ledger.rows.values()].map((row) => row.state)).toEqual(['replayed']);
+  });
+
+  it('a pass that lost its lock while its send was pending: the next pass does not send again', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    deadLetter(fake, '3', 'm-3', new Date(Date.now() - 60_000));
+    const ledger = new FakeLedger();
+    // The intent was written 28 s ago (a slow broker), the send still pending.
+    ledger.shape = (entry) =>
+      entry.state === 'replaying' ? { ...entry, at: new Date(Date.now() - 28_000) } : entry;
+    let landed!: () => void;
+    const pending = new Promise<void>((resolve) => {
+      landed = resolve;
+    });
+    fake.onSend = async (topic, records) => {
+      await pending;
+      for (const record of records) fake.append(topic, record.partition ?? 0, record);
+    };
+    const a = await open(ledger, 'transactional');
+    const first = a.replay({ all: true }).catch((error: unknown) => error);
+    await vi.waitFor(() => expect([...ledger.rows.values()].map((r) => r.state)).toEqual(['replaying']));
+    // A's lock connection dies; B takes the lock at once, while A's produce is in flight.
+    ledger.held!.lost = true;
+    ledger.shape = undefined;
+    const onSendOfA = fake.onSend;
+    fake.onSend = undefined;
+    const second = (async () => {
+      const b = await open(ledger, 'transactional');
+      return b.replay({ all: true });
+    })();
+    // A's copy lands 1 s later.
+    setTimeout(landed, 1_000);
+    await second;
+    await first;
+    expect(onSendOfA).toBeDefined();
+    expect(fake.all('src')).toHaveLength(1);
+  });
+});
