@@ -50,6 +50,12 @@ interface KafkaHeld extends HeldDeadLetter {
   readonly record: KafkaRecord;
   readonly origin: { topic: string; partition: number; offset: string };
   readonly valueDropped: boolean;
+  /**
+   * Later dead letters of the same original record (it was dead-lettered again after a
+   * crash between the dead letter and the offset commit): settled with this one, never
+   * sent themselves.
+   */
+  readonly twins: KafkaHeld[];
 }
 
 /**
@@ -177,11 +183,16 @@ class KafkaDeadLetterSession implements DeadLetterSession {
     for (const { partition, low, high } of offsets) if (high > low) ends.set(partition, high);
     const letters: KafkaHeld[] = [];
     const stale: Array<{ partition: number; offset: string }> = [];
+    // Original record -> the ledger row of a settled dead letter of it.
+    const settledOrigins = new Map<string, DeadLetterLedgerEntry>();
     await this.scan(this.queue, ends, undefined, (record, partition) => {
       const letter = this.toLetter(record, partition);
       if (!letter) return;
       const entry = settled.get(`${partition}/${record.offset}`);
-      if (entry && entry.fingerprint === letter.fingerprint) return;
+      if (entry && entry.fingerprint === letter.fingerprint) {
+        if (entry.state !== 'replaying') settledOrigins.set(originKey(letter), entry);
+        return;
+      }
       // A row written for another record at this position: the topic was recreated.
       if (entry) stale.push({ partition, offset: record.offset });
       letters.push(letter);
@@ -190,12 +201,41 @@ class KafkaDeadLetterSession implements DeadLetterSession {
       this.assertLocked();
       await this.ledger.delete(this.config.name, this.queue, stale);
     }
-    return letters.sort(
+    letters.sort(
       (a, b) =>
         (a.lastFailedAt?.getTime() ?? 0) - (b.lastFailedAt?.getTime() ?? 0) ||
         a.partition - b.partition ||
         compareOffsets(a.offset, b.offset),
     );
+    // One original record dead-lettered twice (a crash between the dead letter and the
+    // offset commit, then the same failure) is one message: listed, sent and settled once.
+    // A later dead letter of one already settled (a pass killed before it recorded the
+    // twin) takes that state; the copy is in the source, or the operator threw it away.
+    const listed: KafkaHeld[] = [];
+    const firsts = new Map<string, KafkaHeld>();
+    const adopted: DeadLetterLedgerEntry[] = [];
+    for (const letter of letters) {
+      const origin = originKey(letter);
+      const done = settledOrigins.get(origin);
+      if (done) {
+        adopted.push({
+          ...this.entry(letter, done.state),
+          ...(done.target === undefined ? {} : { target: done.target }),
+        });
+        continue;
+      }
+      const first = firsts.get(origin);
+      if (first) first.twins.push(letter);
+      else {
+        firsts.set(origin, letter);
+        listed.push(letter);
+      }
+    }
+    if (adopted.length > 0) {
+      this.assertLocked();
+      await this.ledger.put(adopted);
+    }
+    return listed;
   }
 
   replay(letter: HeldDeadLetter): Promise<void> {
@@ -210,6 +250,7 @@ class KafkaDeadLetterSession implements DeadLetterSession {
     this.assertLocked();
     const held = letter as KafkaHeld;
     this.discards.push(this.entry(held, 'discarded'));
+    for (const twin of held.twins) this.discards.push(this.entry(twin, 'discarded'));
     // Written in one commit at close() (the core reports the discard only after it), or
     // now when many wait: a crash before the write leaves the letter listed with its
     // discard record, as a crash between the record and the removal does on every broker.
@@ -300,7 +341,7 @@ class KafkaDeadLetterSession implements DeadLetterSession {
     for (const written of sent) {
       if (written.baseOffset !== undefined) next.set(written.partition, BigInt(written.baseOffset));
     }
-    const done = entries.map((entry) => {
+    const done: DeadLetterLedgerEntry[] = entries.map((entry) => {
       const target = { ...entry.target! };
       const at = next.get(target.partition);
       if (at !== undefined) {
@@ -308,6 +349,11 @@ class KafkaDeadLetterSession implements DeadLetterSession {
         next.set(target.partition, at + 1n);
       }
       return { ...entry, state: 'replayed' as const, target, at: new Date() };
+    });
+    // The twins are settled with their letter, in the same commit.
+    ready.forEach(({ letter }, i) => {
+      for (const twin of letter.twins)
+        done.push({ ...this.entry(twin, 'replayed'), target: done[i]!.target! });
     });
     try {
       this.assertLocked();
@@ -527,6 +573,7 @@ class KafkaDeadLetterSession implements DeadLetterSession {
       record,
       origin: { topic, partition: originPartition, offset: originOffset },
       valueDropped: headers[DEAD_LETTER_HEADERS.valueDropped] !== undefined,
+      twins: [],
     };
   }
 
@@ -595,6 +642,11 @@ function safeId(strategy: IdStrategy, letter: KafkaHeld): string | undefined {
     // A strategy that throws on this letter: the row goes without an ID.
     return undefined;
   }
+}
+
+/** The original record a dead letter copies, as a map key. */
+function originKey(letter: KafkaHeld): string {
+  return `${letter.origin.topic}/${letter.origin.partition}/${letter.origin.offset}`;
 }
 
 /** A ledger row's dead-letter position, as a map key. */

@@ -256,3 +256,53 @@ describe('Kafka dead letters under faults (fake cluster, in-memory ledger)', () 
     expect(fake.all('src')).toHaveLength(1);
   });
 });
+
+describe('a message dead-lettered twice (killed between the dead letter and the commit)', () => {
+  afterEach(() => {
+    cluster.current = new FakeCluster();
+  });
+
+  function twice(mode: 'transactional' | 'offsets') {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    // src/0/5 dead-lettered, the offset commit lost, redelivered, dead-lettered again.
+    deadLetter(fake, '5', undefined, new Date(Date.now() - 60_000));
+    deadLetter(fake, '5', undefined, new Date(Date.now() - 50_000));
+    deadLetter(fake, '6', undefined, new Date(Date.now() - 40_000));
+    return { fake, ledger: new FakeLedger(), mode };
+  }
+
+  it('offsets mode: listed once, replayed as one copy, both letters settled', async () => {
+    const { fake, ledger, mode } = twice('offsets');
+    const listed = await (await open(ledger, mode)).list();
+    expect(listed.letters.map((l) => l.messageId)).toEqual(['src/0/5', 'src/0/6']);
+    await (await open(ledger, mode)).replay({ all: true });
+    const copies = fake.all('src').map((r) => r.headers?.['message-id']?.toString());
+    expect(copies).toEqual(['src/0/5', 'src/0/6']);
+    expect((await (await open(ledger, mode)).list()).letters).toEqual([]);
+    expect([...ledger.rows.values()].map((row) => row.state)).toEqual(['replayed', 'replayed', 'replayed']);
+  });
+
+  it('killed after the copy was sent, before the twin was recorded: the twin is not sent again', async () => {
+    const { fake, ledger, mode } = twice('offsets');
+    // The first letter alone was replayed by an older pass (its twin had no row then).
+    await (await open(ledger, mode)).replay({ all: true });
+    for (const [at, row] of ledger.rows) if (row.offset === '1') ledger.rows.delete(at);
+    await (await open(ledger, mode)).replay({ all: true });
+    expect(fake.all('src').map((r) => r.headers?.['message-id']?.toString())).toEqual(['src/0/5', 'src/0/6']);
+    expect((await (await open(ledger, mode)).list()).letters).toEqual([]);
+  });
+
+  it('discard settles both', async () => {
+    const { ledger, mode } = twice('offsets');
+    await (await open(ledger, mode)).discard({ all: true }, { by: 'test' });
+    expect([...ledger.rows.values()].map((row) => row.state)).toEqual([
+      'discarded',
+      'discarded',
+      'discarded',
+    ]);
+    expect((await (await open(ledger, mode)).list()).letters).toEqual([]);
+  });
+});
