@@ -377,6 +377,13 @@ class KafkaDeadLetterSession implements DeadLetterSession {
         `dead letter ${this.queue}/${letter.partition}/${letter.offset} was written without its value (too large for the dead-letter topic): replay the original at ${letter.origin.topic}/${letter.origin.partition}/${letter.origin.offset}, or discard it`,
       );
     }
+    if (letter.origin.topic !== this.resolved.topic) {
+      // A dead-letter topic shared with (or kept from) this consumer name on another topic:
+      // its partition number means nothing here, and the record never was in this topic.
+      return new KafkaDeadLetterError(
+        `dead letter ${this.queue}/${letter.partition}/${letter.offset} came from '${letter.origin.topic}', not from '${this.resolved.topic}' (this consumer's topic): replay it with a config whose topic is '${letter.origin.topic}', or discard it`,
+      );
+    }
     if (!ends.has(letter.origin.partition)) {
       return new KafkaDeadLetterError(
         `'${this.resolved.topic}' has no partition ${letter.origin.partition}, where dead letter ${this.queue}/${letter.partition}/${letter.offset} came from (was the topic recreated smaller?)`,

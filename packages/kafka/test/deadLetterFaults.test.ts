@@ -306,3 +306,33 @@ describe('a message dead-lettered twice (killed between the dead letter and the 
     expect((await (await open(ledger, mode)).list()).letters).toEqual([]);
   });
 });
+
+describe('a dead letter of another topic in the dead-letter topic', () => {
+  it('is listed but not re-sent into this consumer topic (a shared or reconfigured dead-letter topic)', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 2);
+    fake.create('src.dlq', 1);
+    // Written by this consumer name when it read 'orders-old' (same dead-letter topic).
+    fake.append('src.dlq', 0, {
+      key: 'k',
+      value: 'v',
+      headers: {
+        'message-id': 'm-old',
+        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
+        [DEAD_LETTER_HEADERS.consumer]: 'payments',
+        [DEAD_LETTER_HEADERS.topic]: 'orders-old',
+        [DEAD_LETTER_HEADERS.partition]: '1',
+        [DEAD_LETTER_HEADERS.offset]: '9',
+        [DEAD_LETTER_HEADERS.timestamp]: new Date().toISOString(),
+      },
+    });
+    const ledger = new FakeLedger();
+    const listed = await (await open(ledger, 'transactional')).list();
+    expect(listed.letters.map((l) => l.messageId)).toEqual(['m-old']);
+    const error = await (await open(ledger, 'transactional')).replay({ all: true }).catch((e: unknown) => e);
+    expect(String(error)).toMatch(/orders-old/);
+    expect(fake.all('src')).toEqual([]);
+    expect([...ledger.rows.values()]).toEqual([]);
+  });
+});
