@@ -336,3 +336,66 @@ describe('a dead letter of another topic in the dead-letter topic', () => {
     expect([...ledger.rows.values()]).toEqual([]);
   });
 });
+
+describe('a pass killed during recovery', () => {
+  it('the next pass finishes it: one copy of each letter, none lost', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    deadLetter(fake, '1', 'm-1', new Date(Date.now() - 60_000));
+    deadLetter(fake, '2', 'm-2', new Date(Date.now() - 50_000));
+    const ledger = new FakeLedger();
+    // Pass A: the produce wrote the first copy, then failed (a partial batch).
+    fake.onSend = async (topic, records) => {
+      fake.append(topic, records[0]!.partition ?? 0, records[0]!);
+      throw new Error('NOT_LEADER_OR_FOLLOWER for the rest');
+    };
+    ledger.shape = (entry) =>
+      entry.state === 'replaying' ? { ...entry, at: new Date(Date.now() - 60_000) } : entry;
+    await expect((await open(ledger, 'transactional')).replay({ all: true })).rejects.toThrow(/in doubt/);
+    ledger.shape = undefined;
+    fake.onSend = undefined;
+    // Pass B dies in its recovery, after recording the copy found, before deleting the other row.
+    const del = ledger.delete.bind(ledger);
+    ledger.delete = async () => {
+      throw new Error('killed');
+    };
+    await expect((await open(ledger, 'transactional')).list()).rejects.toThrow(/killed/);
+    expect([...ledger.rows.values()].map((r) => r.state).sort()).toEqual(['replayed', 'replaying']);
+    ledger.delete = del;
+    // Pass C.
+    await (await open(ledger, 'transactional')).replay({ all: true });
+    expect(fake.all('src').map((r) => r.headers?.['message-id']?.toString())).toEqual(['m-1', 'm-2']);
+    expect([...ledger.rows.values()].map((r) => r.state)).toEqual(['replayed', 'replayed']);
+  });
+});
+
+describe('a discard killed as the pass closes', () => {
+  it('leaves the letters listed with their discard record; a second discard settles them', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    deadLetter(fake, '1', 'm-1', new Date(Date.now() - 60_000));
+    const ledger = new FakeLedger();
+    const config = configOf(ledger, 'transactional');
+    const recorded: string[] = [];
+    (config.store as any).deadLetterLog.recordDiscards = async (records: Array<{ messageId?: string }>) => {
+      for (const record of records) recorded.push(record.messageId ?? '?');
+    };
+    const put = ledger.put.bind(ledger);
+    ledger.put = async () => {
+      throw new Error('killed');
+    };
+    const dlq = await DeadLetters.open(config, { openDeadLetters } as never);
+    await expect(dlq.discard({ all: true }, { by: 'ops' })).rejects.toThrow(/killed/);
+    expect(recorded).toEqual(['m-1']);
+    ledger.put = put;
+    expect((await dlq.list()).letters.map((l) => l.messageId)).toEqual(['m-1']);
+    await dlq.discard({ all: true }, { by: 'ops' });
+    expect(recorded).toEqual(['m-1', 'm-1']);
+    expect((await dlq.list()).letters).toEqual([]);
+    expect(fake.all('src')).toEqual([]);
+  });
+});
