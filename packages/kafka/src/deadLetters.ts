@@ -516,20 +516,27 @@ class KafkaDeadLetterSession implements DeadLetterSession {
         ends.set(target.partition, partition.high);
         wanted.set(replayMark(this.queue, row.partition, row.offset, row.fingerprint), row);
       }
+      let missing = wanted.size;
       await this.scan(topic, ends, starts, (record) => {
         const mark = headersToAttributes(record.headers)[DEAD_LETTER_HEADERS.replayOf];
         const row = mark === undefined ? undefined : wanted.get(mark);
-        if (row && BigInt(record.offset) >= BigInt(row.target!.from)) found.set(key(row), record.offset);
+        if (row && !found.has(key(row)) && BigInt(record.offset) >= BigInt(row.target!.from)) {
+          found.set(key(row), record.offset);
+          missing -= 1;
+        }
+        // Every copy found: the rest of a busy topic need not be read (the scan is bounded
+        // in time, and the copies lie just above `from`).
+        return missing === 0;
       });
     }
   }
 
-  /** Reads `topic` from `starts` (else the log start) to `ends`, in a throwaway group. */
+  /** Reads `topic` from `starts` (else the log start) to `ends`, in a throwaway group; a visit returning `true` ends it. */
   private async scan(
     topic: string,
     ends: Map<number, bigint>,
     starts: Map<number, bigint> | undefined,
-    visit: (record: KafkaRecord, partition: number) => void,
+    visit: (record: KafkaRecord, partition: number) => unknown,
   ): Promise<void> {
     if (ends.size === 0) return;
     const groupId = `${this.resolved.groupId}-dlq-${randomUUID()}`;
@@ -540,10 +547,7 @@ class KafkaDeadLetterSession implements DeadLetterSession {
       ends,
       ...(starts ? { starts } : {}),
       timeoutMs: SCAN_TIMEOUT_MS,
-      visit: (record, partition) => {
-        visit(record, partition);
-        return false;
-      },
+      visit: (record, partition) => visit(record, partition) === true,
     });
   }
 

@@ -399,3 +399,52 @@ describe('a discard killed as the pass closes', () => {
     expect(fake.all('src')).toEqual([]);
   });
 });
+
+describe('recovery on a busy source topic', () => {
+  it('stops reading the source once every copy it looks for is found', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    deadLetter(fake, '1', 'm-1', new Date(Date.now() - 60_000));
+    const ledger = new FakeLedger();
+    ledger.shape = (entry) =>
+      entry.state === 'replaying' ? { ...entry, at: new Date(Date.now() - 60_000) } : entry;
+    // Pass A: killed after the send, before 'replayed'.
+    const put = ledger.put.bind(ledger);
+    ledger.put = async (entries) => {
+      if (entries[0]?.state === 'replayed') throw new Error('killed');
+      return put(entries);
+    };
+    await expect((await open(ledger, 'transactional')).replay({ all: true })).rejects.toThrow(
+      /could not record/,
+    );
+    ledger.put = put;
+    ledger.shape = undefined;
+    // Meanwhile the producers of the topic wrote a lot after the copy.
+    for (let i = 0; i < 5_000; i++) fake.append('src', 0, { key: `k${i}`, value: 'x' });
+    // The scan's time bound, as records read: a scan reading them all runs out of time.
+    const driver = fake.driver.bind(fake);
+    fake.driver = () => {
+      const d = driver();
+      const scanTopic = d.scanTopic;
+      return {
+        ...d,
+        scanTopic: async (scan: TopicScan) => {
+          let read = 0;
+          return scanTopic({
+            ...scan,
+            visit: (record, partition) => {
+              if (scan.topic === 'src' && ++read > 1_000)
+                throw new Error(`scan of '${scan.topic}' timed out`);
+              return scan.visit(record, partition);
+            },
+          });
+        },
+      };
+    };
+    await (await open(ledger, 'transactional')).replay({ all: true });
+    expect(fake.all('src').filter((r) => r.headers?.['message-id'])).toHaveLength(1);
+    expect([...ledger.rows.values()].map((r) => r.state)).toEqual(['replayed']);
+  });
+});
