@@ -448,3 +448,62 @@ describe('recovery on a busy source topic', () => {
     expect([...ledger.rows.values()].map((r) => r.state)).toEqual(['replayed']);
   });
 });
+
+describe('odd letters', () => {
+  it('a null key and a null value (a tombstone) go back as they were, to their partition', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 3);
+    fake.create('src.dlq', 3);
+    fake.append('src.dlq', 2, {
+      key: null,
+      value: null,
+      headers: {
+        'message-id': 'm-null',
+        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
+        [DEAD_LETTER_HEADERS.consumer]: 'payments',
+        [DEAD_LETTER_HEADERS.topic]: 'src',
+        [DEAD_LETTER_HEADERS.partition]: '2',
+        [DEAD_LETTER_HEADERS.offset]: '4',
+        [DEAD_LETTER_HEADERS.timestamp]: new Date().toISOString(),
+      },
+    });
+    const ledger = new FakeLedger();
+    const report = await (await open(ledger, 'transactional')).replay({ all: true });
+    expect(report.replayed).toEqual(['m-null']);
+    const copy = fake.topics.get('src')![2]!.records;
+    expect(copy).toHaveLength(1);
+    expect(copy[0]!.key).toBeNull();
+    expect(copy[0]!.value).toBeNull();
+    expect(Object.keys(copy[0]!.headers ?? {}).sort()).toEqual(['message-id', 'oncely-replay-of']);
+  });
+
+  it('a letter written without its value is refused, names the original, and stays listed', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    fake.append('src.dlq', 0, {
+      key: 'k',
+      value: null,
+      headers: {
+        'message-id': 'm-big',
+        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
+        [DEAD_LETTER_HEADERS.consumer]: 'payments',
+        [DEAD_LETTER_HEADERS.topic]: 'src',
+        [DEAD_LETTER_HEADERS.partition]: '0',
+        [DEAD_LETTER_HEADERS.offset]: '12',
+        [DEAD_LETTER_HEADERS.timestamp]: new Date().toISOString(),
+        [DEAD_LETTER_HEADERS.valueDropped]: '1',
+      },
+    });
+    const ledger = new FakeLedger();
+    const error = await (await open(ledger, 'transactional')).replay({ all: true }).catch((e: unknown) => e);
+    expect(String(error)).toMatch(/without its value.*src\/0\/12/);
+    expect(fake.all('src')).toEqual([]);
+    expect(ledger.rows.size).toBe(0);
+    expect((await (await open(ledger, 'transactional')).list()).letters.map((l) => l.messageId)).toEqual([
+      'm-big',
+    ]);
+  });
+});
