@@ -75,9 +75,12 @@ interface KafkaHeld extends HeldDeadLetter {
  * - `replay` re-sends in two phases: the intent (`replaying`, with the source partition's end
  *   offset) is committed, the copy is produced to the letter's original partition (acks -1)
  *   without the dead-letter headers, then `replayed` is committed. So a letter is re-sent
- *   once, whatever crashes, even in `offsets` mode, which keeps no marker.
+ *   once, whatever kills the process, even in `offsets` mode, which keeps no marker (not
+ *   covered: a pass whose lock connection died while its produce stayed pending over 30 s,
+ *   and a source whose retention passed the intent; see the README). A record dead-lettered
+ *   twice is listed, sent and settled once.
  * - `remove` marks it `discarded` (the core has recorded the discard before); written in one
- *   commit at `close()`.
+ *   commit at `close()` (every 500 in a larger pass).
  *
  * @example
  * ```ts
