@@ -658,9 +658,23 @@ function safeId(strategy: IdStrategy, letter: KafkaHeld): string | undefined {
   }
 }
 
-/** The original record a dead letter copies, as a map key. */
+/**
+ * The original record a dead letter copies, as a map key: its position, and its key, value
+ * and message ID, since a source topic deleted and created again puts another record at the
+ * same position (two letters then, not twins).
+ */
 function originKey(letter: KafkaHeld): string {
-  return `${letter.origin.topic}/${letter.origin.partition}/${letter.origin.offset}`;
+  const content = createHash('sha256');
+  for (const part of [
+    letter.record.key,
+    letter.record.value,
+    letter.envelope.attributes[MESSAGE_ID_HEADER],
+  ]) {
+    const bytes = part === null || part === undefined ? undefined : Buffer.from(part);
+    content.update(bytes === undefined ? '-' : `${bytes.length}:`);
+    if (bytes) content.update(bytes);
+  }
+  return `${letter.origin.topic}/${letter.origin.partition}/${letter.origin.offset}#${content.digest('hex')}`;
 }
 
 /** A ledger row's dead-letter position, as a map key. */

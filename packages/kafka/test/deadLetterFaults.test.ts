@@ -295,6 +295,37 @@ describe('a message dead-lettered twice (killed between the dead letter and the 
     expect((await (await open(ledger, mode)).list()).letters).toEqual([]);
   });
 
+  it('two records at the same position of a recreated source topic are two letters, both sent', async () => {
+    const fake = new FakeCluster();
+    cluster.current = fake;
+    fake.create('src', 1);
+    fake.create('src.dlq', 1);
+    deadLetter(fake, '5', 'm-old', new Date(Date.now() - 60_000));
+    // 'src' deleted and created again: its new src/0/5 is another record, dead-lettered too.
+    const at = fake.append('src.dlq', 0, {
+      key: 'k-new',
+      value: JSON.stringify({ origin: 'new' }),
+      headers: {
+        'message-id': 'm-new',
+        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
+        [DEAD_LETTER_HEADERS.consumer]: 'payments',
+        [DEAD_LETTER_HEADERS.topic]: 'src',
+        [DEAD_LETTER_HEADERS.partition]: '0',
+        [DEAD_LETTER_HEADERS.offset]: '5',
+        [DEAD_LETTER_HEADERS.timestamp]: new Date(Date.now() - 30_000).toISOString(),
+      },
+    });
+    expect(at).toBe('1');
+    const ledger = new FakeLedger();
+    expect((await (await open(ledger, 'transactional')).list()).letters.map((l) => l.messageId)).toEqual([
+      'm-old',
+      'm-new',
+    ]);
+    await (await open(ledger, 'transactional')).replay({ ids: ['m-old'] });
+    await (await open(ledger, 'transactional')).replay({ all: true });
+    expect(fake.all('src').map((r) => r.headers?.['message-id']?.toString())).toEqual(['m-old', 'm-new']);
+  });
+
   it('discard settles both', async () => {
     const { ledger, mode } = twice('offsets');
     await (await open(ledger, mode)).discard({ all: true }, { by: 'test' });
