@@ -34,9 +34,9 @@ describe.skipIf(!hasMySql)('oncely CLI on the real MariaDB (ONCELY_STORE_URL=mys
     expect(before.out).toMatch(/error store: database `cli_\w+` has no Oncely tables: .*oncely migrate/);
 
     expect((await run('migrate', '--schema', schema)).out).toBe(
-      'applied 0001_init, 0002_http_idempotency_keys, 0003_dead_letter_discards; schema version 3\n',
+      'applied 0001_init, 0002_http_idempotency_keys, 0003_dead_letter_discards, 0004_dead_letter_ledger; schema version 4\n',
     );
-    expect((await run('migrate', '--schema', schema)).out).toBe('up to date (version 3)\n');
+    expect((await run('migrate', '--schema', schema)).out).toBe('up to date (version 4)\n');
     const doctor = await run('doctor', '--schema', schema);
     expect(doctor.code).toBe(0);
     expect(doctor.out).toContain(`ok    store: database answers, schema '${schema}' is up to date`);

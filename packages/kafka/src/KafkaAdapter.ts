@@ -471,7 +471,7 @@ export class KafkaAdapter implements BrokerAdapter {
         settle({ kind: 'done' });
       },
       retryLater: async (delayMs) => settle({ kind: 'retry', delayMs }),
-      deadLetter: async (reason, detail) => {
+      deadLetter: async (reason, detail, info) => {
         const offset = BigInt(message.offset);
         if (!this.deadLettered.get(batch.partition)?.has(offset)) {
           const target = {
@@ -480,7 +480,7 @@ export class KafkaAdapter implements BrokerAdapter {
             consumerName: this.consumerName,
             runtime: this.runtime,
           };
-          await publishDeadLetter(target, batch, message, reason, detail);
+          await publishDeadLetter(target, batch, message, reason, detail, info?.attempt);
           const written = this.deadLettered.get(batch.partition) ?? new Set<bigint>();
           this.deadLettered.set(batch.partition, written.add(offset));
         }

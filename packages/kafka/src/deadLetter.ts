@@ -19,6 +19,13 @@ export const DEAD_LETTER_HEADERS = {
   timestamp: 'oncely-dead-lettered-at',
   /** Set when the dead-letter topic refused the record as too large: the value was left out. */
   valueDropped: 'oncely-dead-letter-value-dropped',
+  /** Failed attempts before it was dead-lettered (absent when the message had no ID). */
+  attempts: 'oncely-dead-letter-attempts',
+  /**
+   * On a record `oncely dlq replay` re-sent to the source: `<dlq>/<partition>/<offset>#<fingerprint>`
+   * of the dead letter it copies, so a pass that died mid-send finds what it sent.
+   */
+  replayOf: 'oncely-replay-of',
 } as const;
 
 /** Longest `detail` header kept: error messages can be large, a header should not be. */
@@ -41,8 +48,10 @@ export function deadLetterRecord(input: {
   consumer: string;
   reason: DeadLetterReason;
   detail: string;
+  /** The attempts made (the core's count); absent when unknown. */
+  attempts?: number;
 }): Message {
-  const { topic, partition, message, consumer, reason, detail } = input;
+  const { topic, partition, message, consumer, reason, detail, attempts } = input;
   const headers: IHeaders = { ...(message.headers ?? {}) };
   headers[DEAD_LETTER_HEADERS.reason] = reason;
   headers[DEAD_LETTER_HEADERS.detail] =
@@ -52,5 +61,6 @@ export function deadLetterRecord(input: {
   headers[DEAD_LETTER_HEADERS.partition] = String(partition);
   headers[DEAD_LETTER_HEADERS.offset] = message.offset;
   headers[DEAD_LETTER_HEADERS.timestamp] = new Date().toISOString();
+  if (attempts !== undefined) headers[DEAD_LETTER_HEADERS.attempts] = String(attempts);
   return { key: message.key, value: message.value, headers, timestamp: message.timestamp };
 }

@@ -96,6 +96,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     }
     if (await admin.topicExists(deadLetterTopic)) {
       findings.push({ level: 'ok', message: `dead-letter topic '${deadLetterTopic}' exists` });
+      findings.push(...(await deadLetterTopicFindings(admin, deadLetterTopic)));
     } else {
       findings.push({
         level: resolved.createDeadLetterTopic ? 'warn' : 'error',
@@ -120,4 +121,57 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
     await admin?.disconnect().catch(() => {});
   }
   return report;
+}
+
+/** Dead letters kept at least this long, or `oncely dlq` may never see some (14 days). */
+const RECOMMENDED_DLQ_RETENTION_MS = 14 * 24 * 3600 * 1000;
+
+/**
+ * What the dead-letter topic's configs mean for `oncely dlq`: compaction keeps only the
+ * last record of a key (older dead letters of that key vanish), and retention removes
+ * letters nobody looked at without a trace.
+ */
+async function deadLetterTopicFindings(admin: ClusterAdmin, topic: string): Promise<DiagnoseFinding[]> {
+  let configs: Map<string, string>;
+  try {
+    configs = await admin.topicConfigs(topic, ['cleanup.policy', 'retention.ms']);
+  } catch (error) {
+    return [
+      {
+        level: 'warn',
+        message: `cannot read the configs of dead-letter topic '${topic}' (DescribeConfigs permission?): ${error instanceof Error ? error.message : String(error)}`,
+      },
+    ];
+  }
+  const findings: DiagnoseFinding[] = [];
+  const policy = configs.get('cleanup.policy');
+  if (policy?.split(',').some((p) => p.trim() === 'compact')) {
+    findings.push({
+      level: 'warn',
+      message: `dead-letter topic '${topic}' is compacted (cleanup.policy ${policy}): compaction keeps only the last record of a key, so older dead letters of the same key disappear before oncely dlq sees them; use cleanup.policy delete`,
+    });
+  }
+  const retention = Number(configs.get('retention.ms'));
+  if (Number.isFinite(retention) && retention >= 0 && retention < RECOMMENDED_DLQ_RETENTION_MS) {
+    findings.push({
+      level: 'warn',
+      message: `dead-letter topic '${topic}' keeps records ${formatHours(retention)} (retention.ms): a dead letter nobody replayed or discarded by then is gone without a trace; 14 days or more is recommended`,
+    });
+  } else if (retention < 0) {
+    findings.push({
+      level: 'ok',
+      message: `dead-letter topic '${topic}' keeps records for ever (retention.ms -1)`,
+    });
+  } else if (Number.isFinite(retention)) {
+    findings.push({
+      level: 'ok',
+      message: `dead-letter topic '${topic}' keeps records ${formatHours(retention)}`,
+    });
+  }
+  return findings;
+}
+
+function formatHours(ms: number): string {
+  const hours = ms / 3_600_000;
+  return hours >= 48 ? `${Math.round(hours / 24)} d` : `${Math.round(hours * 10) / 10} h`;
 }

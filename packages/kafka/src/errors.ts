@@ -35,3 +35,19 @@ export class KafkaSendError extends OncelyError {
     super('KAFKA_SEND_FAILED' as never, message, options);
   }
 }
+
+/**
+ * `oncely dlq` on Kafka could not do what was asked: another pass holds the lock, the pass
+ * lost its lock, a re-send is in doubt, or a dead letter cannot be replayed as it is. Code
+ * `KAFKA_DEAD_LETTERS`; the message says which and what the next pass does.
+ *
+ * @example
+ * ```ts
+ * try { await dlq.replay({}); } catch (e) { if (e instanceof KafkaDeadLetterError) console.error(e.message); }
+ * ```
+ */
+export class KafkaDeadLetterError extends OncelyError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('KAFKA_DEAD_LETTERS' as never, message, options);
+  }
+}

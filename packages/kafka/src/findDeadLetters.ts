@@ -1,10 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { type ConsumerConfig, type DeadLetterCopy, type IdStrategy, resolveMessageId } from '@oncely/core';
+import {
+  type ConsumerConfig,
+  type DeadLetterCopy,
+  type IdempotencyStore,
+  type IdStrategy,
+  resolveMessageId,
+} from '@oncely/core';
 import type { KafkaRecord } from './adapter/clientApi.js';
 import { toolDriver } from './adapter/loadDriver.js';
 import { defaultMessageId } from './client.js';
 import { resolveKafkaConfig } from './config.js';
 import { DEAD_LETTER_HEADERS } from './deadLetter.js';
+import { deadLetterFingerprint } from './deadLetters.js';
 import { headersToAttributes, toEnvelope } from './envelope.js';
 
 /** Most dead letters read per call: reading is cheap, but a huge topic is not scanned whole. */
@@ -20,7 +27,9 @@ const SCAN_TIMEOUT_MS = 60_000;
  * dead-lettered to the same topic (header `oncely-consumer`) are left out. The ID is
  * resolved as the consumer resolved it: with the consumer's ID strategy, on the original
  * topic, partition and offset the record's headers carry. What `oncely inspect` shows for
- * a message without a marker. Scans at most 100,000 dead letters.
+ * a message without a marker. Scans at most 100,000 dead letters. Where the store keeps a
+ * dead-letter ledger (`oncely dlq`), copies it marks replayed or discarded are left out:
+ * the topic keeps them, but they are no longer waiting.
  *
  * @example
  * ```ts
@@ -49,6 +58,14 @@ export async function findDeadLetters(
       if (high > low) ends.set(partition, high);
     }
     if (ends.size === 0) return [];
+    // Copies `oncely dlq` replayed or discarded (the topic cannot forget them): by position,
+    // and only while the row speaks of the same record.
+    const ledger = (config.store as IdempotencyStore<unknown> | undefined)?.deadLetterLog?.ledger;
+    const settled = new Map(
+      (ledger ? await ledger.entries(config.name, deadLetterTopic) : [])
+        .filter((entry) => entry.state !== 'replaying')
+        .map((entry) => [`${entry.partition}/${entry.offset}`, entry.fingerprint]),
+    );
     const found: DeadLetterCopy[] = [];
     let count = 0;
     scanned = true;
@@ -57,9 +74,10 @@ export async function findDeadLetters(
       groupId,
       ends,
       timeoutMs: SCAN_TIMEOUT_MS,
-      visit: (record) => {
+      visit: (record, partition) => {
         const copy = copyOf(record, config.name, strategy, messageId);
-        if (copy) found.push(copy);
+        const handled = settled.get(`${partition}/${record.offset}`);
+        if (copy && handled !== deadLetterFingerprint(headersToAttributes(record.headers))) found.push(copy);
         return ++count >= MAX_SCANNED;
       },
     });

@@ -8,7 +8,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { createTopics, deadLetterRecord, diagnose, findDeadLetters } from '@oncely/kafka';
-import type { Admin, Kafka, KafkaMessage } from 'kafkajs';
+import { type Admin, ConfigResourceTypes, type Kafka, type KafkaMessage } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientUnderTest } from './support/harness.js';
 import { createTopic, kafkaClient, testBrokers, uniqueName } from './support/kafka.js';
@@ -112,6 +112,20 @@ describe.skipIf(!brokers)(`kafka tools on ${client}`, () => {
     const groups = (await admin.listGroups()).groups.map((g) => g.groupId);
     expect(groups.filter((g) => g.startsWith(`${name}-inspect-`))).toEqual([]);
 
+    // A compacted dead-letter topic that keeps a day: oncely dlq could lose letters.
+    await admin.alterConfigs({
+      validateOnly: false,
+      resources: [
+        {
+          type: ConfigResourceTypes.TOPIC,
+          name: `${topic}.dlq`,
+          configEntries: [
+            { name: 'cleanup.policy', value: 'compact,delete' },
+            { name: 'retention.ms', value: String(24 * 3600 * 1000) },
+          ],
+        },
+      ],
+    });
     const report = await diagnose({ ...config, concurrency: 4 } as never);
     const messages = report.findings.map((f) => `${f.level}: ${f.message}`);
     expect(messages).toEqual(
@@ -121,6 +135,8 @@ describe.skipIf(!brokers)(`kafka tools on ${client}`, () => {
         expect.stringMatching(/^warn: only 2 partition\(s\)/),
         `ok: group '${name}' lag: 3 record(s)`,
         `ok: dead-letter topic '${topic}.dlq' exists`,
+        expect.stringMatching(/^warn: dead-letter topic .* is compacted \(cleanup\.policy compact,delete\)/),
+        expect.stringMatching(/^warn: dead-letter topic .* keeps records 24 h \(retention\.ms\)/),
       ]),
     );
     expect(report.findings.filter((f) => f.level === 'error')).toEqual([]);

@@ -14,7 +14,7 @@ import type { MySqlApplyIfNewerOptions } from './applyIfNewer.js';
 import { applyIfNewer } from './applyIfNewer.js';
 import { claimRows } from './claims.js';
 import { classifyMySqlStoreError, markFromStoreConnection } from './classifyError.js';
-import { createMySqlDeadLetterLog } from './deadLetterLog.js';
+import { createMySqlDeadLetterLog, passLockName } from './deadLetterLog.js';
 import { CallerTransactionDriver } from './drivers/CallerTransactionDriver.js';
 import type { MySqlDriver } from './drivers/MySqlDriver.js';
 import { buildFingerprintQueries, createMySqlFingerprintStore } from './fingerprints.js';
@@ -78,7 +78,13 @@ export class MySqlStore implements IdempotencyStore<SqlClient> {
     this.driver = createDriver(options);
     const q = this.queries;
     this.offsets = createOffsetStore(q, (operation, work) => this.run(operation, work));
-    this.deadLetterLog = createMySqlDeadLetterLog(quoted, (operation, work) => this.run(operation, work));
+    this.deadLetterLog = createMySqlDeadLetterLog(
+      quoted,
+      (operation, work) => this.run(operation, work),
+      this.driver.sessionLock
+        ? (consumer, queue) => this.driver.sessionLock!(passLockName(this.schema, consumer, queue))
+        : undefined,
+    );
     this.fingerprints = createMySqlFingerprintStore(buildFingerprintQueries(quoted), {
       run: (operation, work) => this.run(operation, work),
       claim: (tx, consumer, ids, sql, rowParams) => claimRows(tx, q.existing, consumer, ids, sql, rowParams),

@@ -1,5 +1,6 @@
 import { runStoreConformance } from '@oncely/testkit';
 import { afterAll, describe } from 'vitest';
+import { passLockName } from '../src/deadLetterLog.js';
 import { MySqlStore } from '../src/index.js';
 import { admin, dropSchema, hasMySql, MYSQL_DIALECT, mysqlUrl, uniqueSchema } from './serverEnv.js';
 
@@ -18,6 +19,14 @@ describe.skipIf(!hasMySql)('real MariaDB server', () => {
       sql: MYSQL_DIALECT,
       concurrent: true,
       sibling: async () => open(),
+      killDeadLetterLock: async (consumer, queue) => {
+        const [rows] = await admin.query('SELECT IS_USED_LOCK(?) AS id', [
+          passLockName(schema, consumer, queue),
+        ]);
+        const id = (rows as Array<{ id: number | null }>)[0]?.id;
+        if (id === null || id === undefined) throw new Error('nobody holds the pass lock');
+        await admin.query(`KILL ${Number(id)}`);
+      },
       cleanup: async (outcome) => {
         await store.close();
         if (outcome?.passed !== false) await dropSchema(schema);

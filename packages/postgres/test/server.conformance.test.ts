@@ -17,6 +17,16 @@ describe.skipIf(!hasPostgres)('real PostgreSQL server', () => {
       schema,
       concurrent: true,
       sibling: async () => open(),
+      // The backend holding the pass lock (class "odlq", key hashtext(schema, consumer, queue)).
+      killDeadLetterLock: async (consumer, queue) => {
+        const { rows } = await admin.query(
+          `SELECT pg_terminate_backend(pid) AS ended FROM pg_locks
+            WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = 1868852337
+              AND objid = (hashtext($1::text)::bigint & 4294967295)::text::oid`,
+          [`${schema}\x1f${consumer}\x1f${queue}`],
+        );
+        if (rows.length !== 1) throw new Error(`expected one holder of the pass lock, found ${rows.length}`);
+      },
       cleanup: async (outcome) => {
         await store.close();
         if (outcome?.passed !== false) await dropSchema(schema);

@@ -2,6 +2,7 @@ import type { IdempotencyStore, SqlClient } from '@oncely/core';
 import { describe, it } from 'vitest';
 import type { SqlDialect } from './sqlDialect.js';
 import { transactionalClaimCases } from './storeCases/claims.js';
+import { deadLetterLedgerCases } from './storeCases/deadLetterLedger.js';
 import { leasedModeCases } from './storeCases/leases.js';
 import { racingTransactionCases } from './storeCases/racing.js';
 import { retentionAndSchemaCases } from './storeCases/retention.js';
@@ -34,6 +35,12 @@ export interface StoreUnderTest {
    * @default PostgreSQL's
    */
   sql?: SqlDialect;
+  /**
+   * Ends, from outside, the database session holding the dead-letter pass lock of
+   * (consumer, queue) (`pg_terminate_backend`, `KILL`), as a killed process would. Without
+   * it the case that checks the lock dies with its connection is skipped.
+   */
+  killDeadLetterLock?(consumer: string, queue: string): Promise<void>;
 }
 
 /** What a conformance test asks of the factory. */
@@ -127,5 +134,6 @@ export function runStoreConformance(
     racingTransactionCases(cases);
     leasedModeCases(cases);
     retentionAndSchemaCases(cases);
+    deadLetterLedgerCases(cases);
   });
 }

@@ -71,6 +71,69 @@ export interface DiscardRecord {
   discardedAt: Date;
 }
 
+/**
+ * What was done to one dead letter of a log-based dead-letter queue (Kafka), which cannot
+ * forget a record: the store remembers it instead, keyed by the letter's position.
+ */
+export interface DeadLetterLedgerEntry {
+  consumer: string;
+  /** The dead-letter queue (Kafka: the DLQ topic). */
+  queue: string;
+  partition: number;
+  /** The dead letter's offset, in decimal. */
+  offset: string;
+  /**
+   * Ties the row to the record it was written for (a hash of the record's own evidence), so
+   * that a recreated topic's record at the same position is not taken for it.
+   */
+  fingerprint: string;
+  /**
+   * `replaying`: a re-send was about to be made (or was made, unconfirmed); `replayed`: the
+   * source has the copy; `discarded`: an operator threw it away (after the discard record).
+   */
+  state: 'replaying' | 'replayed' | 'discarded';
+  messageId?: string;
+  /**
+   * Where the copy goes: `from` is the target partition's end offset read before the send
+   * (a copy sent before a crash lies at or above it); `offset` the copy's, once known.
+   */
+  target?: { topic: string; partition: number; from: string; offset?: string };
+  at: Date;
+}
+
+/** The lock of one pass over a dead-letter queue, held on a database connection of its own. */
+export interface DeadLetterPassLock {
+  /** The connection holding it died (the lock is gone with it): the pass must write nothing more. */
+  readonly lost: boolean;
+  /** Releases the lock and its connection; never throws. */
+  release(): Promise<void>;
+}
+
+/**
+ * The store side of a log-based dead-letter queue: a ledger of what each dead letter
+ * became, and a pass lock that a killed process lets go of at once (it is tied to a
+ * database connection, which dies with the process).
+ */
+export interface DeadLetterLedger {
+  /** The pass lock of (consumer, queue); undefined when another pass holds it. */
+  tryLock(consumer: string, queue: string): Promise<DeadLetterPassLock | undefined>;
+  /** Every row of (consumer, queue), by partition and offset. */
+  entries(consumer: string, queue: string): Promise<DeadLetterLedgerEntry[]>;
+  /** Inserts or replaces `entries` (by consumer, queue, partition, offset) in one commit. */
+  put(entries: readonly DeadLetterLedgerEntry[]): Promise<void>;
+  /** Deletes the rows at these positions in one commit. */
+  delete(
+    consumer: string,
+    queue: string,
+    keys: ReadonlyArray<{ partition: number; offset: string }>,
+  ): Promise<void>;
+  /**
+   * Deletes the rows below each partition's first retained offset (`logStart`: partition →
+   * offset): their records expired. Partitions not named lose every row. Returns how many.
+   */
+  prune(consumer: string, queue: string, logStart: ReadonlyMap<number, string>): Promise<number>;
+}
+
 /** What a store keeps about dead letters: marker look-ups for dry runs and the discard log. */
 export interface DeadLetterLog {
   /** Which of `messageIds` have a completed marker for `consumer` (a replay would be a duplicate). */
@@ -79,4 +142,9 @@ export interface DeadLetterLog {
   recordDiscards(records: readonly DiscardRecord[]): Promise<void>;
   /** The discard records of one message, oldest first. */
   discards(consumer: string, messageId: string): Promise<DiscardRecord[]>;
+  /**
+   * The ledger a log-based dead-letter queue (Kafka) needs; absent where the store cannot
+   * hold a connection-bound lock (a caller's own transactions).
+   */
+  readonly ledger?: DeadLetterLedger;
 }

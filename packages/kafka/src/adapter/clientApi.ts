@@ -102,6 +102,8 @@ export interface ClusterAdmin {
   committedOffsets(groupId: string, topic: string): Promise<Map<number, bigint>>;
   /** The topic's `max.message.bytes`; rejects when it cannot be read (a missing topic, no Describe permission). */
   maxMessageBytes(topic: string): Promise<number>;
+  /** The topic's configs named (as the broker reports them; absent: not reported). */
+  topicConfigs(topic: string, names: string[]): Promise<Map<string, string>>;
   /** How many brokers answer, and the controller's ID (`oncely doctor`). */
   describeCluster(): Promise<{ brokers: number; controller: number | null }>;
   /** Each partition's first and next offset (log start and high watermark). */
@@ -120,6 +122,11 @@ export interface TopicScan {
   groupId: string;
   /** Each partition to read and the offset to stop before (partitions not named are not read). */
   ends: Map<number, bigint>;
+  /**
+   * Where to begin per partition (others: at the first offset). Records below are never
+   * visited; a client may still fetch them (kafkajs seeks, @platformatic/kafka skips them).
+   */
+  starts?: Map<number, bigint>;
   /** Called with each record below its partition's end, in offset order per partition; `true` stops the scan. */
   visit(record: KafkaRecord, partition: number): boolean | undefined;
   /** The scan rejects with an error naming the topic after this long. */

@@ -163,6 +163,18 @@ function kafkajsAdmin(admin: Admin): ClusterAdmin {
         resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue,
       );
     },
+    async topicConfigs(topic, names) {
+      const { resources } = await admin.describeConfigs({
+        resources: [{ type: kafkajsModule().ConfigResourceTypes.TOPIC, name: topic, configNames: names }],
+        includeSynonyms: false,
+      });
+      const configs = new Map<string, string>();
+      for (const entry of resources[0]?.configEntries ?? []) {
+        if (entry.configValue !== null && entry.configValue !== undefined)
+          configs.set(entry.configName, entry.configValue);
+      }
+      return configs;
+    },
     async describeCluster() {
       const cluster = await admin.describeCluster();
       return { brokers: cluster.brokers.length, controller: cluster.controller };

@@ -21,7 +21,9 @@ export async function kafkajsScanTopic(kafka: KafkaClient, scan: TopicScan): Pro
           eachBatch: async ({ batch }) => {
             const end = ends.get(batch.partition);
             if (end === undefined) return;
+            const start = scan.starts?.get(batch.partition) ?? -1n;
             for (const message of batch.messages) {
+              if (BigInt(message.offset) < start) continue;
               if (BigInt(message.offset) >= end) break;
               if (scan.visit(message, batch.partition)) return resolve();
             }
@@ -30,6 +32,10 @@ export async function kafkajsScanTopic(kafka: KafkaClient, scan: TopicScan): Pro
           },
         })
         .catch(reject);
+      // After run(), as kafkajs requires: the fetch begins there instead of the log start.
+      for (const [partition, start] of scan.starts ?? []) {
+        if (ends.has(partition)) consumer.seek({ topic: scan.topic, partition, offset: start.toString() });
+      }
     });
   } finally {
     clearTimeout(timer);

@@ -477,6 +477,18 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
       });
       return Number(described?.configs.find((c) => c.name === 'max.message.bytes')?.value);
     },
+    async topicConfigs(topic, names) {
+      const [described] = await admin.describeConfigs({
+        resources: [
+          { resourceType: ConfigResourceTypes.TOPIC, resourceName: topic, configurationKeys: names },
+        ],
+      });
+      const configs = new Map<string, string>();
+      for (const config of described?.configs ?? []) {
+        if (config.value !== null && config.value !== undefined) configs.set(config.name, config.value);
+      }
+      return configs;
+    },
     async describeCluster() {
       const metadata = await admin.metadata({ topics: [], forceUpdate: true });
       return { brokers: metadata.brokers.size, controller: metadata.controllerId };

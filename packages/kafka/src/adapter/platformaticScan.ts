@@ -33,6 +33,7 @@ export async function platformaticScanTopic(config: ResolvedKafkaConfig, scan: T
         stream.on('data', (message) => {
           const end = ends.get(message.partition);
           if (end === undefined || message.offset >= end) return;
+          if (message.offset < (scan.starts?.get(message.partition) ?? -1n)) return;
           const at = `${message.partition}:${message.offset}`;
           if (visited.has(at)) return;
           visited.add(at);

@@ -24,6 +24,7 @@ export async function publishDeadLetter(
   message: KafkaMessage,
   reason: DeadLetterReason,
   detail: string,
+  attempts?: number,
 ): Promise<void> {
   const record = deadLetterRecord({
     topic: batch.topic,
@@ -32,6 +33,7 @@ export async function publishDeadLetter(
     consumer: target.consumerName,
     reason,
     detail,
+    ...(attempts === undefined ? {} : { attempts }),
   });
   const produce = (messages: Message[]) => target.producer.send(target.deadLetterTopic, messages);
   try {

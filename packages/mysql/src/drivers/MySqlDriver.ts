@@ -35,10 +35,25 @@ export interface MySqlDriver {
    * session lock, and DDL commits on its own in MySQL).
    */
   session<T>(work: (connection: RawConnection) => Promise<T>): Promise<T>;
+  /**
+   * Takes `GET_LOCK(name, 0)` on a connection of its own held until `release()` (which
+   * destroys it, ending the lock); undefined when another session holds it. The lock ends
+   * with its connection, so a killed process lets go of it at once. Absent where the
+   * driver cannot hold a connection (caller transactions).
+   */
+  sessionLock?(name: string): Promise<HeldSessionLock | undefined>;
   /** One cheap round trip; rejects with `StoreUnavailableError` when the database does not answer. */
   ping(): Promise<void>;
   /** Releases what the driver owns (a pool it created). */
   close(): Promise<void>;
+}
+
+/** A lock held by {@link MySqlDriver.sessionLock}. */
+export interface HeldSessionLock {
+  /** Its connection died: the lock is gone. */
+  readonly lost: boolean;
+  /** Ends the lock and its connection; never throws. */
+  release(): Promise<void>;
 }
 
 /** A mysql2 answer (rows of a SELECT, or a ResultSetHeader) as core's SqlResult. */

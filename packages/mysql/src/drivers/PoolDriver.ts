@@ -2,7 +2,7 @@ import type { Logger, SqlResult } from '@oncely/core';
 import { ConfigError, StoreUnavailableError } from '@oncely/core';
 import { classifyMySqlError, markFromStoreConnection } from '../classifyError.js';
 import { DeadlineQueue } from './DeadlineQueue.js';
-import type { MySqlDriver, RawConnection } from './MySqlDriver.js';
+import type { HeldSessionLock, MySqlDriver, RawConnection } from './MySqlDriver.js';
 import { describeError, redactUrl, toSqlResult } from './MySqlDriver.js';
 
 /**
@@ -156,6 +156,21 @@ export class PoolDriver implements MySqlDriver {
     } finally {
       session.release(suspect);
     }
+  }
+
+  async sessionLock(name: string): Promise<HeldSessionLock | undefined> {
+    const session = await this.checkout('SELECT GET_LOCK(?, 0) AS locked', [name]);
+    if (Number(session.first.rows[0]?.locked) !== 1) {
+      session.release(false);
+      return undefined;
+    }
+    return {
+      get lost() {
+        return session.lost !== undefined;
+      },
+      // Destroyed, not RELEASE_LOCK'd and pooled: no round trip a dead server could hold up.
+      release: async () => session.release(true),
+    };
   }
 
   async ping(): Promise<void> {

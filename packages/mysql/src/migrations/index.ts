@@ -1,6 +1,7 @@
 import { statements as init } from './0001_init.js';
 import { statements as httpKeys } from './0002_http_idempotency_keys.js';
 import { statements as deadLetterDiscards } from './0003_dead_letter_discards.js';
+import { statements as deadLetterLedger } from './0004_dead_letter_ledger.js';
 
 /** One forward-only migration. */
 export interface MySqlMigration {
@@ -16,6 +17,7 @@ export const MIGRATIONS: readonly MySqlMigration[] = [
   { version: 1, name: '0001_init', statements: init },
   { version: 2, name: '0002_http_idempotency_keys', statements: httpKeys },
   { version: 3, name: '0003_dead_letter_discards', statements: deadLetterDiscards },
+  { version: 4, name: '0004_dead_letter_ledger', statements: deadLetterLedger },
 ];
 
 /**

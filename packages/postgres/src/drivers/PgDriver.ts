@@ -3,7 +3,7 @@ import { StoreUnavailableError } from '@oncely/core';
 import { classifyPostgresError, markFromStoreConnection } from '../classifyError.js';
 import { DriverNotInstalledError, TransactionAbortedError } from '../errors.js';
 import { inlineLiterals } from './inlineLiterals.js';
-import type { StoreDriver } from './StoreDriver.js';
+import type { HeldSessionLock, StoreDriver } from './StoreDriver.js';
 import { describeError, lockTimeoutStatement, redactConnectionString } from './StoreDriver.js';
 
 /**
@@ -360,6 +360,54 @@ export class PgDriver implements StoreDriver {
     } else {
       pool.removeListener('error', this.onPoolError);
     }
+  }
+
+  /**
+   * The advisory lock on a pooled connection held until release (it counts against the
+   * pool). Released by destroying the connection rather than by `pg_advisory_unlock`: no
+   * round trip a dead database could hold up, and no session state goes back to the pool.
+   */
+  async sessionLock(classId: number, key: string): Promise<HeldSessionLock | undefined> {
+    const client = await this.connect();
+    const state = { lost: false, done: false };
+    const onBroken = () => {
+      state.lost = true;
+      end();
+    };
+    const end = () => {
+      if (state.done) return;
+      state.done = true;
+      this.listenEnders.delete(onBroken);
+      client.removeListener('end', onBroken);
+      client.release(true);
+    };
+    client.on('error', onBroken);
+    client.on('end', onBroken);
+    // close() ends it like a LISTEN connection: pool.end() would wait for it.
+    this.listenEnders.add(onBroken);
+    let locked: boolean;
+    try {
+      // A try-lock answers at once: no statement bound of its own.
+      const { rows } = await client.query<{ locked: boolean }>(
+        'SELECT pg_try_advisory_lock($1::integer, hashtext($2::text)) AS locked',
+        [classId, key],
+      );
+      locked = rows[0]?.locked === true;
+    } catch (error) {
+      end();
+      markFromStoreConnection(error);
+      throw error;
+    }
+    if (!locked || this.closing) {
+      end();
+      return undefined;
+    }
+    return {
+      get lost() {
+        return state.lost;
+      },
+      release: async () => end(),
+    };
   }
 
   /** LISTEN on a pooled connection held until unsubscribed (it counts against the pool). */

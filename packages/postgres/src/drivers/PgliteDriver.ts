@@ -2,7 +2,7 @@ import type { SqlClient, SqlResult } from '@oncely/core';
 import { StoreUnavailableError } from '@oncely/core';
 import { DriverNotInstalledError } from '../errors.js';
 import { isModuleNotFound } from './PgDriver.js';
-import type { StoreDriver } from './StoreDriver.js';
+import type { HeldSessionLock, StoreDriver } from './StoreDriver.js';
 import { describeError, lockTimeoutStatement } from './StoreDriver.js';
 import type { TransactionGate } from './TransactionGate.js';
 import { gateFor } from './TransactionGate.js';
@@ -52,6 +52,9 @@ export interface PgliteLike {
 
 /** Where the PGlite instance comes from: the caller's, or one we start (and close). */
 export type PgliteSource = { pglite: PgliteLike } | { dataDir: string | undefined };
+
+/** The session locks held on each PGlite instance (keyed by its gate, one per instance). */
+const heldLocks = new WeakMap<TransactionGate, Set<string>>();
 
 /**
  * The PGlite driver: the same SQL in-process, on a single connection. Transactions run
@@ -105,6 +108,30 @@ export class PgliteDriver implements StoreDriver {
     // Through the gate: on one connection a LISTEN sent while a transaction is open would run inside it.
     const unlisten = await this.gate.run('listen()', () => db.listen!(channel, onNotify));
     return () => this.gate.run('unlisten()', () => unlisten());
+  }
+
+  /**
+   * An in-process mutex per PGlite instance: PGlite is one connection inside this process,
+   * so the lock and the database die together and no other process can take it meanwhile.
+   */
+  async sessionLock(classId: number, key: string): Promise<HeldSessionLock | undefined> {
+    let held = heldLocks.get(this.gate);
+    if (!held) {
+      held = new Set();
+      heldLocks.set(this.gate, held);
+    }
+    const name = `${classId}:${key}`;
+    if (held.has(name)) return undefined;
+    held.add(name);
+    let released = false;
+    return {
+      lost: false,
+      release: async () => {
+        if (released) return;
+        released = true;
+        held.delete(name);
+      },
+    };
   }
 
   ping(): Promise<void> {

@@ -33,10 +33,26 @@ export interface StoreDriver {
     onNotify: (payload: string) => void,
     onLost: (error: unknown) => void,
   ): Promise<() => Promise<void>>;
+  /**
+   * Takes the session-level advisory lock `(classId, hashtext(key))` without waiting, on a
+   * connection of its own held until `release()`; undefined when another session holds it.
+   * The lock ends with its connection, so a killed process lets go of it at once; `lost`
+   * turns true when that connection dies. Absent where the driver cannot hold a connection
+   * (caller transactions).
+   */
+  sessionLock?(classId: number, key: string): Promise<HeldSessionLock | undefined>;
   /** One cheap round trip; rejects with `StoreUnavailableError` when the database does not answer. */
   ping(): Promise<void>;
   /** Releases what the driver owns (a pool it created, a PGlite it started). */
   close(): Promise<void>;
+}
+
+/** A lock held by {@link StoreDriver.sessionLock}. */
+export interface HeldSessionLock {
+  /** Its connection died: the lock is gone. */
+  readonly lost: boolean;
+  /** Ends the lock (and its connection); never throws. */
+  release(): Promise<void>;
 }
 
 /** The statement that opens a store transaction; lock timeouts are validated integers. */

@@ -7,6 +7,7 @@ import { statements as deadLetterDiscards } from './0006_dead_letter_discards.js
 import { statements as outboxFailingKeys } from './0007_outbox_failing_keys.js';
 import { statements as outboxDiscards } from './0008_outbox_discards.js';
 import { statements as outboxStatsIndexes } from './0009_outbox_stats_indexes.js';
+import { statements as deadLetterLedger } from './0010_dead_letter_ledger.js';
 
 /** One forward-only migration. */
 export interface Migration {
@@ -31,6 +32,7 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 7, name: '0007_outbox_failing_keys', statements: outboxFailingKeys },
   { version: 8, name: '0008_outbox_discards', statements: outboxDiscards },
   { version: 9, name: '0009_outbox_stats_indexes', statements: outboxStatsIndexes },
+  { version: 10, name: '0010_dead_letter_ledger', statements: deadLetterLedger },
 ];
 
 /**
