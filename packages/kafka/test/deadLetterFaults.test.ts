@@ -156,20 +156,37 @@ function configOf(ledger: FakeLedger, mode: 'transactional' | 'offsets'): Consum
   } as unknown as ConsumerConfig<any, any>;
 }
 
-/** A dead letter of src/0/<origin> in dlq partition 0, as the adapter writes it. */
-function deadLetter(fake: FakeCluster, origin: string, id: string | undefined, at: Date): string {
-  return fake.append('src.dlq', 0, {
-    key: `k-${origin}`,
-    value: JSON.stringify({ origin }),
+/**
+ * A dead letter of src/<partition>/<origin> (partition 0 unless named) in dlq partition
+ * `dlqPartition` (0), as the adapter writes it; `options` change what the case is about.
+ */
+function deadLetter(
+  fake: FakeCluster,
+  origin: string,
+  id: string | undefined,
+  at: Date,
+  options: {
+    key?: string | null;
+    value?: string | null;
+    topic?: string;
+    partition?: number;
+    dlqPartition?: number;
+    headers?: Record<string, string>;
+  } = {},
+): string {
+  return fake.append('src.dlq', options.dlqPartition ?? 0, {
+    key: options.key === undefined ? `k-${origin}` : options.key,
+    value: options.value === undefined ? JSON.stringify({ origin }) : options.value,
     headers: {
       ...(id === undefined ? {} : { 'message-id': id }),
       [DEAD_LETTER_HEADERS.reason]: 'handler-error',
       [DEAD_LETTER_HEADERS.detail]: 'boom',
       [DEAD_LETTER_HEADERS.consumer]: 'payments',
-      [DEAD_LETTER_HEADERS.topic]: 'src',
-      [DEAD_LETTER_HEADERS.partition]: '0',
+      [DEAD_LETTER_HEADERS.topic]: options.topic ?? 'src',
+      [DEAD_LETTER_HEADERS.partition]: String(options.partition ?? 0),
       [DEAD_LETTER_HEADERS.offset]: origin,
       [DEAD_LETTER_HEADERS.timestamp]: at.toISOString(),
+      ...options.headers,
     },
   });
 }
@@ -302,18 +319,9 @@ describe('a message dead-lettered twice (killed between the dead letter and the 
     fake.create('src.dlq', 1);
     deadLetter(fake, '5', 'm-old', new Date(Date.now() - 60_000));
     // 'src' deleted and created again: its new src/0/5 is another record, dead-lettered too.
-    const at = fake.append('src.dlq', 0, {
+    const at = deadLetter(fake, '5', 'm-new', new Date(Date.now() - 30_000), {
       key: 'k-new',
       value: JSON.stringify({ origin: 'new' }),
-      headers: {
-        'message-id': 'm-new',
-        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
-        [DEAD_LETTER_HEADERS.consumer]: 'payments',
-        [DEAD_LETTER_HEADERS.topic]: 'src',
-        [DEAD_LETTER_HEADERS.partition]: '0',
-        [DEAD_LETTER_HEADERS.offset]: '5',
-        [DEAD_LETTER_HEADERS.timestamp]: new Date(Date.now() - 30_000).toISOString(),
-      },
     });
     expect(at).toBe('1');
     const ledger = new FakeLedger();
@@ -345,19 +353,7 @@ describe('a dead letter of another topic in the dead-letter topic', () => {
     fake.create('src', 2);
     fake.create('src.dlq', 1);
     // Written by this consumer name when it read 'orders-old' (same dead-letter topic).
-    fake.append('src.dlq', 0, {
-      key: 'k',
-      value: 'v',
-      headers: {
-        'message-id': 'm-old',
-        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
-        [DEAD_LETTER_HEADERS.consumer]: 'payments',
-        [DEAD_LETTER_HEADERS.topic]: 'orders-old',
-        [DEAD_LETTER_HEADERS.partition]: '1',
-        [DEAD_LETTER_HEADERS.offset]: '9',
-        [DEAD_LETTER_HEADERS.timestamp]: new Date().toISOString(),
-      },
-    });
+    deadLetter(fake, '9', 'm-old', new Date(), { key: 'k', value: 'v', topic: 'orders-old', partition: 1 });
     const ledger = new FakeLedger();
     const listed = await (await open(ledger, 'transactional')).list();
     expect(listed.letters.map((l) => l.messageId)).toEqual(['m-old']);
@@ -486,19 +482,7 @@ describe('odd letters', () => {
     cluster.current = fake;
     fake.create('src', 3);
     fake.create('src.dlq', 3);
-    fake.append('src.dlq', 2, {
-      key: null,
-      value: null,
-      headers: {
-        'message-id': 'm-null',
-        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
-        [DEAD_LETTER_HEADERS.consumer]: 'payments',
-        [DEAD_LETTER_HEADERS.topic]: 'src',
-        [DEAD_LETTER_HEADERS.partition]: '2',
-        [DEAD_LETTER_HEADERS.offset]: '4',
-        [DEAD_LETTER_HEADERS.timestamp]: new Date().toISOString(),
-      },
-    });
+    deadLetter(fake, '4', 'm-null', new Date(), { key: null, value: null, partition: 2, dlqPartition: 2 });
     const ledger = new FakeLedger();
     const report = await (await open(ledger, 'transactional')).replay({ all: true });
     expect(report.replayed).toEqual(['m-null']);
@@ -514,19 +498,10 @@ describe('odd letters', () => {
     cluster.current = fake;
     fake.create('src', 1);
     fake.create('src.dlq', 1);
-    fake.append('src.dlq', 0, {
+    deadLetter(fake, '12', 'm-big', new Date(), {
       key: 'k',
       value: null,
-      headers: {
-        'message-id': 'm-big',
-        [DEAD_LETTER_HEADERS.reason]: 'handler-error',
-        [DEAD_LETTER_HEADERS.consumer]: 'payments',
-        [DEAD_LETTER_HEADERS.topic]: 'src',
-        [DEAD_LETTER_HEADERS.partition]: '0',
-        [DEAD_LETTER_HEADERS.offset]: '12',
-        [DEAD_LETTER_HEADERS.timestamp]: new Date().toISOString(),
-        [DEAD_LETTER_HEADERS.valueDropped]: '1',
-      },
+      headers: { [DEAD_LETTER_HEADERS.valueDropped]: '1' },
     });
     const ledger = new FakeLedger();
     const error = await (await open(ledger, 'transactional')).replay({ all: true }).catch((e: unknown) => e);
