@@ -13,7 +13,7 @@ export default defineConfig({
     // at a time: those files mostly wait on leases, timers and brokers, and with three
     // workers beside the chaos runs 10-50 % of the CPU was idle. The whole command had taken
     // 25.5-26.5 min on an idle fresh clone (its budget is 25 min: see the stop notes of
-    // issue 25). The Node 22 rerun of test.sh asks for three workers: it shares the tail.
+    // issue 25). The Node 20 rerun of test.sh asks for three workers: it shares the tail.
     maxWorkers: 4,
     // The longest files first, from a measured run's durations: see the sequencer.
     sequence: { sequencer: LongestFirstSequencer },

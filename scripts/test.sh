@@ -19,8 +19,8 @@ if [ "$#" -ne 0 ]; then
   exec npx vitest run "$@"
 fi
 # A full run: the main vitest run, then the runs that change or restart something
-# server-wide one at a time; the type check and three runs that touch nothing shared (two on
-# Node 22, ElasticMQ on a port of its own) run beside them in the background, their output
+# server-wide one at a time; the type check and three runs that touch nothing shared (Node 20,
+# Kafka on Node 22 with @platformatic/kafka, ElasticMQ on a port of its own) run beside them in the background, their output
 # printed when they end. Every run goes to the end, so one failure does not hide another;
 # the status is the worst. Background runs still going when this script exits early are stopped with it.
 logs="$(mktemp -d)"
@@ -122,33 +122,45 @@ run_logged() {
     status=1
   fi
 }
-run_logged main npx vitest run
+# Node 20 reached its end of life in April 2026: the main run, every project, runs on Node 22,
+# from npm's node@22 package (it ships the binary; npx caches it after the first fetch;
+# `ONCELY_NODE22` picks another version). Not a root devDependency: its `node` bin would
+# shadow the system node for every npm script. The processes the tests start (chaos
+# consumers, the CLI, README examples) run on it too: `process.execPath`, and `node` first on
+# PATH. The machine's own Node (20 here, what `npm run demo` runs on) is kept for the Node 20
+# run below and for test/packaging's Node 20 install (TEST_NODE20: not an ONCELY_ name, which
+# loadConfig would refuse as unknown in the CLI's tests).
+export TEST_NODE20="${TEST_NODE20:-$(command -v node)}"
+node22="${ONCELY_NODE22:-node@22}"
+run_logged main npx -y -p "$node22" -c \
+  'echo "Node $(node --version): every project" && node node_modules/vitest/vitest.mjs run'
 # A type check still going shares the tail as an equal again (the runs there are all busy).
 { echo 0 >"/proc/${typecheck}/autogroup"; } 2>/dev/null || true
 renice -n 0 -g "$typecheck" >/dev/null 2>&1 || true
-# Node 20 is past its end of life: the unit, store and memory-broker suites run again on
-# Node 22, from npm's node@22 package (it ships the binary; npx caches it after the first
-# fetch). Not a root devDependency: its `node` bin would shadow the system node for every
-# npm script. After the main run: it runs the same projects, some with fixed schema names.
-setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-  'echo "Node $(node --version): core, postgres, memory" && node node_modules/vitest/vitest.mjs run --no-cache --maxWorkers 3 --project core --project postgres --project memory' \
-  >"$logs/node22.log" 2>&1 &
-node22=$!
+# The packages still claim Node >= 20 (engines), so the unit, store and memory-broker suites
+# and the payments demo run again on the machine's Node 20, beside the serial group. After
+# the main run: it runs the same projects, some with fixed schema names.
+setsid -w bash -c 'echo "Node $("$TEST_NODE20" --version): core, postgres, mysql, memory, example-payments" &&
+  "$TEST_NODE20" node_modules/vitest/vitest.mjs run --no-cache --maxWorkers 3 --project core --project postgres \
+    --project mysql --project memory --project example-payments' \
+  >"$logs/node20.log" 2>&1 &
+node20=$!
 # Kafka on @platformatic/kafka (it needs Node >= 22.22), against a broker the kafka
 # project's globalSetup starts for this run (the main run's broker is stopped by then):
 # conformance and rebalance, the same files the kafkajs runs above passed; and send(),
 # the outbox producer, findDeadLetters and diagnose on it (about 10 s together); and
 # oncely dlq on Kafka (the session's scans and re-sends on this client, about 15 s).
-setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
+setsid -w npx -y -p "$node22" -c \
   'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts packages/kafka/test/deadLetters.test.ts packages/kafka/test/deadLetterCli.test.ts' \
   >"$logs/kafkaPlatformatic.log" 2>&1 &
 kafkaPlatformatic=$!
 # A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
 # shared one is never restarted); it checks the server is back before it ends.
-run_logged pgRestart bash test/chaos/pgRestart.sh
+run_logged pgRestart npx -y -p "$node22" -c 'bash test/chaos/pgRestart.sh'
 # RabbitMQ's server-wide consumer_timeout, lowered and restored by the test itself.
-run_logged rabbitmqConsumerTimeout npx vitest run --config packages/rabbitmq/vitest.slow.config.ts
-for job in typecheck node22 kafkaPlatformatic elasticmq; do
+run_logged rabbitmqConsumerTimeout npx -y -p "$node22" -c \
+  'node node_modules/vitest/vitest.mjs run --config packages/rabbitmq/vitest.slow.config.ts'
+for job in typecheck node20 kafkaPlatformatic elasticmq; do
   if wait "${!job}"; then result=passed; else result=FAILED; status=1; fi
   echo "---- ${job} (${result}) ----"
   cat "$logs/${job}.log"

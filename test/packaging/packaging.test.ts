@@ -19,6 +19,9 @@ const root = join(import.meta.dirname, '..', '..');
 const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
 const scratch = mkdtempSync(join(tmpdir(), 'oncely-packaging-'));
 const NODE22 = process.env.ONCELY_NODE22 ?? 'node@22';
+// The Node 20 binary: scripts/test.sh runs this file on Node 22 and names the machine's own
+// Node in TEST_NODE20; run by hand on Node 20, the Node running the test.
+const NODE20 = process.env.TEST_NODE20 ?? process.execPath;
 
 /** The versions the workspace itself runs with, for the packages a user adds beside ours. */
 function workspaceVersion(name: string): string {
@@ -199,7 +202,7 @@ describe('the packed packages in a project of their own', () => {
       'Node 20',
       /^v20\./,
       (script) =>
-        run('sh', ['-c', `"${process.execPath}" --version && "${process.execPath}" ${script}`], {
+        run('sh', ['-c', `"${NODE20}" --version && "${NODE20}" ${script}`], {
           cwd: scratch,
           timeoutMs: 120_000,
         }),
