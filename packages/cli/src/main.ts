@@ -125,7 +125,13 @@ function checkArguments(
     throw new UsageError('needs CONSUMER and MESSAGE_ID');
   if (positionals.length > expected) throw new UsageError(`unexpected argument '${positionals[expected]}'`);
   if (values.retention !== undefined) durationOption('--retention', values.retention);
-  if (command === 'inspect') return { target: { consumer: positionals[0]!, messageId: positionals[1]! } };
+  if (command === 'inspect') {
+    // An empty name or ID names nothing the store holds: a usage error, not "no marker".
+    const [consumer, messageId] = positionals as [string, string];
+    if (consumer === '') throw new UsageError("CONSUMER must not be empty; got ''");
+    if (messageId === '') throw new UsageError("MESSAGE_ID must not be empty; got ''");
+    return { target: { consumer, messageId } };
+  }
   if (command === 'prune') return { prune: readPruneArgs(values, io.env) };
   return {};
 }

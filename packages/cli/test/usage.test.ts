@@ -50,6 +50,8 @@ describe('malformed arguments exit 2 with a message naming the argument', () => 
     [['migrate', 'now'], /unexpected argument 'now'/],
     [['inspect', 'payments'], /needs CONSUMER and MESSAGE_ID/],
     [['inspect', 'payments', 'm-1', 'm-2'], /unexpected argument 'm-2'/],
+    [['inspect', 'payments', ''], /oncely inspect: MESSAGE_ID must not be empty; got ''/],
+    [['inspect', '', 'm-1'], /oncely inspect: CONSUMER must not be empty; got ''/],
     [['migrate', '--frobnicate'], /Unknown option '--frobnicate'/],
     [['frobnicate'], /unknown command 'frobnicate'/],
     // An empty ID or group selects nothing a broker or the outbox could hold: a usage error,
