@@ -1,5 +1,6 @@
 import { userInfo } from 'node:os';
 import {
+  completedPassOf,
   type DeadLetterInfo,
   type DeadLetterSelection,
   DeadLetters,
@@ -126,12 +127,13 @@ export async function dlqCommand(
   const config = loadConfig({ env: { ...io.env, ONCELY_NAME: args.consumer }, file: configFile });
   const dlq = await DeadLetters.open({ ...config, name: args.consumer, store, handler: async () => {} });
   if (args.action === 'list') {
-    const listing = await dlq.list();
-    io.out.write(args.json ? `${JSON.stringify(listing, null, 2)}\n` : listText(listing));
+    await printed(dlq.list(), (listing) =>
+      io.out.write(args.json ? `${JSON.stringify(listing, null, 2)}\n` : listText(listing)),
+    );
     return 0;
   }
   if (args.action === 'replay') {
-    const report = await dlq
+    const replayed = dlq
       .replay(args.selection, {
         dryRun: args.dryRun,
         onReplayed: (letter) => io.err.write(`replayed ${letter.messageId ?? '(no ID)'}\n`),
@@ -151,26 +153,43 @@ export async function dlqCommand(
         }
         throw error;
       });
-    if (args.json) io.out.write(`${JSON.stringify(report, null, 2)}\n`);
-    else {
+    const report = await printed(replayed, (report) => {
+      if (args.json) return io.out.write(`${JSON.stringify(report, null, 2)}\n`);
       const verb = report.dryRun ? 'would replay' : 'replayed';
       io.out.write(
         `${verb} ${report.replayed.length} not yet processed${list(report.replayed)}\n` +
           `${verb} ${report.alreadyProcessed.length} already processed (the consumer acks them as duplicates)${list(report.alreadyProcessed)}\n` +
           (report.withoutId ? `${verb} ${report.withoutId} without a message ID\n` : ''),
       );
-    }
+    });
     return notFound(report.notFound, io);
   }
   const by = io.env.ONCELY_OPERATOR || safeUser();
-  const report = await dlq.discard(args.selection, { by });
-  if (args.json) io.out.write(`${JSON.stringify(report, null, 2)}\n`);
-  else {
+  const report = await printed(dlq.discard(args.selection, { by }), (report) => {
+    if (args.json) return io.out.write(`${JSON.stringify(report, null, 2)}\n`);
     io.out.write(
       `discarded ${report.discarded.length} (recorded as by ${by})${list(report.discarded.map((d) => d.messageId ?? '(no ID)'))}\n`,
     );
-  }
+  });
   return notFound(report.notFound, io);
+}
+
+/**
+ * The pass's result, printed. A pass that completed but whose dead-letter session failed to
+ * close (DeadLetterCloseError) had still moved its letters: its report is printed as after a
+ * clean close, then the close's error is thrown on (main prints it, exit 1).
+ */
+async function printed<T>(pass: Promise<T>, print: (result: T) => void): Promise<T> {
+  let result: T;
+  try {
+    result = await pass;
+  } catch (error) {
+    const completed = completedPassOf(error) as T | undefined;
+    if (completed !== undefined) print(completed);
+    throw error;
+  }
+  print(result);
+  return result;
 }
 
 /** The consumer name the config file or `ONCELY_NAME` gives, if any (errors are left to the real load). */

@@ -90,6 +90,21 @@ describe('a close that fails at the end of a command', () => {
     expect(err).toMatch(/oncely dlq: .*could not give back 1 of 1 dead letters/);
   });
 
+  it('dlq: a replay that moved letters but whose session did not close prints what moved, then the failure', async () => {
+    deadLettersWith({
+      close: async () => {
+        throw new Error('could not give back 1 of 1 dead letters');
+      },
+    });
+    const { code, out, err } = await run(['dlq', 'replay', 'orders', '--schema', schema]);
+    // m-1 was re-sent: the report says so, as after a clean close.
+    expect(out).toContain('replayed 1 not yet processed: m-1');
+    expect(err).toMatch(
+      /oncely dlq: .*completed, but closing the dead-letter queue failed.*could not give back/,
+    );
+    expect(code).toBe(1);
+  });
+
   it('dlq: a command that succeeded but whose store did not close exits 1, saying so', async () => {
     deadLettersWith({});
     storeCloseFails(new Error('pool end failed'));

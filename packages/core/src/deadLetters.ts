@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { loadAdapterModule } from './createConsumer.js';
-import { ConfigError } from './errors.js';
+import { ConfigError, isOncelyError, OncelyError } from './errors.js';
 import { resolveMessageId } from './idStrategy.js';
 import type {
   AdapterModule,
@@ -87,6 +87,12 @@ export interface DeadLetterSelection {
   all?: boolean;
 }
 
+/** What `list()` returns: every dead letter, and the letters grouped by failure. */
+export interface DeadLetterListing {
+  letters: DeadLetterInfo[];
+  groups: FailureGroup[];
+}
+
 /** What `replay` did (or, with `dryRun`, would do). */
 export interface ReplayReport {
   dryRun: boolean;
@@ -114,6 +120,46 @@ export interface PartialReplayReport extends ReplayReport {
   failed: Array<{ messageId?: string; error: string }>;
   /** Selected letters the pass did not get to. */
   notAttempted: number;
+}
+
+/** What a `list`, `replay` or `discard` pass returns. */
+export type DeadLetterPassResult = DeadLetterListing | ReplayReport | DiscardReport;
+
+/**
+ * A `list`, `replay` or `discard` pass that completed, but whose dead-letter session failed
+ * to close (for example letters it could not give back, hidden until their lease lapses).
+ * `result` is what the pass returned: a replay's letters were re-sent, a discard's removed,
+ * so a caller reports it as after a clean close, then the failure (`cause`). Read it with
+ * {@link completedPassOf}.
+ */
+export class DeadLetterCloseError extends OncelyError {
+  constructor(
+    readonly result: DeadLetterPassResult,
+    cause: unknown,
+  ) {
+    super(
+      'DEAD_LETTER_CLOSE',
+      `the dead-letter pass completed, but closing the dead-letter queue failed: ${failureText(cause)}`,
+      { cause },
+    );
+  }
+}
+
+/**
+ * What a dead-letter pass returned when only its close failed (a {@link DeadLetterCloseError});
+ * undefined for any other error. Matched by code, not `instanceof`, like {@link isOncelyError}.
+ *
+ * @example
+ * ```ts
+ * const report = await dlq.replay({}).catch((error) => {
+ *   const done = completedPassOf(error) as ReplayReport | undefined;
+ *   if (done) console.log(`replayed ${done.replayed.length}, then:`, error.message);
+ *   throw error;
+ * });
+ * ```
+ */
+export function completedPassOf(error: unknown): DeadLetterPassResult | undefined {
+  return isOncelyError(error, 'DEAD_LETTER_CLOSE') ? (error as DeadLetterCloseError).result : undefined;
 }
 
 /** Where the partial report of a failed replay is kept on its error. */
@@ -186,7 +232,7 @@ export class DeadLetters {
   }
 
   /** Every dead letter, and the failure groups (largest first). */
-  async list(): Promise<{ letters: DeadLetterInfo[]; groups: FailureGroup[] }> {
+  async list(): Promise<DeadLetterListing> {
     return this.withSession(async (session) => {
       const letters = (await session.read()).map((letter) => this.describe(session, letter));
       return { letters, groups: groupLetters(letters) };
@@ -309,7 +355,9 @@ export class DeadLetters {
     return this.config.store as IdempotencyStore<any>;
   }
 
-  private async withSession<T>(work: (session: DeadLetterSession) => Promise<T>): Promise<T> {
+  private async withSession<T extends DeadLetterPassResult>(
+    work: (session: DeadLetterSession) => Promise<T>,
+  ): Promise<T> {
     const session = await this.openSession();
     let result: T;
     try {
@@ -323,7 +371,13 @@ export class DeadLetters {
       });
       throw error;
     }
-    await session.close();
+    try {
+      await session.close();
+    } catch (closeError) {
+      // The pass did its work (letters re-sent or removed): the close's failure must not
+      // hide that, so it is thrown as a DeadLetterCloseError carrying the pass's result.
+      throw new DeadLetterCloseError(result, closeError);
+    }
     return result;
   }
 

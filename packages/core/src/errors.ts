@@ -23,7 +23,8 @@ export type OncelyErrorCode =
   | 'CONSUMER_STATE'
   | 'BROKER_MISCONFIGURED'
   | 'BROKER_UNREACHABLE'
-  | 'SHUTDOWN';
+  | 'SHUTDOWN'
+  | 'DEAD_LETTER_CLOSE';
 
 /**
  * Base class of every Oncely error.

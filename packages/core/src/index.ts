@@ -6,13 +6,22 @@ export type { ConsumerOptions } from './createConsumer.js';
 export { createConsumer, createConsumerWith, loadAdapterModule } from './createConsumer.js';
 export type {
   DeadLetterInfo,
+  DeadLetterListing,
+  DeadLetterPassResult,
   DeadLetterSelection,
   DiscardReport,
   FailureGroup,
   PartialReplayReport,
   ReplayReport,
 } from './deadLetters.js';
-export { DeadLetters, failureGroupId, maskFailureError, replayReportOf } from './deadLetters.js';
+export {
+  completedPassOf,
+  DeadLetterCloseError,
+  DeadLetters,
+  failureGroupId,
+  maskFailureError,
+  replayReportOf,
+} from './deadLetters.js';
 export type { DiscardRow } from './discardRecord.js';
 export { toDiscardRecord } from './discardRecord.js';
 export type { OncelyErrorCode } from './errors.js';

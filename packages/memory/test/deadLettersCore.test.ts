@@ -1,4 +1,4 @@
-import { DeadLetters, failureGroupId, isOncelyError, replayReportOf } from '@oncely/core';
+import { completedPassOf, DeadLetters, failureGroupId, isOncelyError, replayReportOf } from '@oncely/core';
 import { MemoryBroker } from '@oncely/memory';
 import { PostgresStore } from '@oncely/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -120,6 +120,32 @@ describe('DeadLetters on the memory broker', () => {
     expect(thrown).toBe(passError);
     // The close's failure is not lost either: it is attached to the pass's error as closeError.
     expect(String((thrown as Error & { closeError?: unknown }).closeError)).toContain('could not give back');
+  });
+
+  it("a pass that succeeds but whose close fails: the close's error carries the pass's result", async () => {
+    const module = fakeDeadLetters(
+      [{ envelope: { body: '{}', attributes: {}, producerMessageId: 'z' }, reason: 'max-attempts' }],
+      {
+        close: async () => {
+          throw new Error('could not give back 1 of 1 dead letters');
+        },
+      },
+    );
+    const dlq = await DeadLetters.open(config, module);
+    const thrown = await dlq.replay({}).catch((e: unknown) => e);
+    // The letter was re-sent: an operator who only saw the close's error would not know it.
+    expect(isOncelyError(thrown, 'DEAD_LETTER_CLOSE')).toBe(true);
+    expect((thrown as Error).message).toMatch(/completed, but closing the dead-letter queue failed/);
+    expect(String((thrown as Error).cause)).toContain('could not give back');
+    expect(completedPassOf(thrown)).toEqual({
+      replayed: ['z'],
+      alreadyProcessed: [],
+      withoutId: 0,
+      notFound: [],
+      dryRun: false,
+    });
+    // Any other error carries nothing.
+    expect(completedPassOf(new Error('x'))).toBeUndefined();
   });
 
   it('a replay that fails part-way says on its error what it had done: replayed, failed, not attempted', async () => {
