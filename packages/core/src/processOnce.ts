@@ -46,14 +46,24 @@ export const MAX_TRANSIENT_RETRIES = 10;
  * if (outcome.status === 'duplicate') console.log('already applied');
  * ```
  */
-export async function processOnce<T, Tx = SqlClient>(
+export function processOnce<T, Tx = SqlClient>(
   store: IdempotencyStore<Tx>,
   key: MessageKey,
   work: (tx: Tx) => Promise<T>,
   options: ProcessOnceOptions = {},
 ): Promise<ProcessOnceResult<T>> {
-  const { fingerprint } = options;
-  const fingerprints = fingerprint === undefined ? undefined : fingerprintStore(store);
+  // Not async: retryTransient's promise is returned as it is (an async function returning
+  // a promise adds a promise of its own and a turn of the microtask queue per call; see
+  // test/processOnce.test.ts). A throw here still comes back as a rejection, never
+  // synchronously.
+  let fingerprint: string | undefined;
+  let fingerprints: FingerprintStore<Tx> | undefined;
+  try {
+    fingerprint = options.fingerprint;
+    fingerprints = fingerprint === undefined ? undefined : fingerprintStore(store);
+  } catch (error) {
+    return Promise.reject(error);
+  }
   return retryTransient(store, () =>
     store.transaction(async (tx): Promise<ProcessOnceResult<T>> => {
       const claimed = fingerprints

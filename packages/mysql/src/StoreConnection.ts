@@ -39,6 +39,7 @@ export class StoreConnection implements SqlClient {
   /**
    * A statement of the store's own whose listed error numbers are answers, not failures
    * (a claim's ER_DUP_ENTRY): such an error is rethrown without marking the transaction.
+   * Sent as {@link RawConnection.ownStatement} where the driver has it (no stack captured).
    */
   queryExpecting<R = Record<string, unknown>>(
     text: string,
@@ -115,7 +116,13 @@ export class StoreConnection implements SqlClient {
   ): Promise<SqlResult<R>> {
     let answer: Promise<SqlResult<R>>;
     try {
-      answer = params === undefined ? this.inner.query<R>(text) : this.inner.query<R>(text, params);
+      // The store's own statement (a claim) captures no stack where the driver can skip it.
+      answer =
+        expected !== undefined && params !== undefined && this.inner.ownStatement
+          ? this.inner.ownStatement<R>(text, params)
+          : params === undefined
+            ? this.inner.query<R>(text)
+            : this.inner.query<R>(text, params);
     } catch (error) {
       return Promise.reject(this.failed(error, expected));
     }

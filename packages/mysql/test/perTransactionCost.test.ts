@@ -35,15 +35,21 @@ describe.skipIf(!hasMySql)('the cost of one processOnce on the MySQL store', () 
     closers.push(() => pool.end());
     const sent: string[] = [];
     // The store's caller-pool path runs the same driver as its own pool: record what each
-    // checked-out connection is asked to run.
+    // checked-out connection is asked to run, on the callback connection under the promise
+    // one (mysql2's promise query() calls it; the store calls it directly).
+    const recorded = new WeakSet<object>();
     const recording = {
       async getConnection() {
         const connection = await pool.getConnection();
-        const query = connection.query.bind(connection);
-        connection.query = ((sql: string, values?: unknown) => {
-          sent.push(sql.trim().split(/\s+/).slice(0, 3).join(' '));
-          return query(sql, values as never);
-        }) as typeof connection.query;
+        const core = connection.connection as unknown as { query(...args: unknown[]): unknown };
+        if (!recorded.has(core)) {
+          recorded.add(core);
+          const query = core.query.bind(core);
+          core.query = (sql: unknown, ...rest: unknown[]) => {
+            sent.push(String(sql).trim().split(/\s+/).slice(0, 3).join(' '));
+            return query(sql, ...rest);
+          };
+        }
         return connection;
       },
       end: () => pool.end(),
@@ -87,5 +93,48 @@ describe.skipIf(!hasMySql)('the cost of one processOnce on the MySQL store', () 
     } finally {
       timers.mockRestore();
     }
+  });
+
+  it("captures one stack per transaction, the handler statement's: none for START TRANSACTION, the marker INSERT, COMMIT", async () => {
+    const { store, payments } = await migratedStore();
+    const pay = (id: string) =>
+      processOnce(store, { consumer: 'cost', messageId: id }, (tx) =>
+        tx.query(`INSERT INTO ${payments} (order_id, amount) VALUES (?, ?)`, [id, 40]),
+      );
+    for (let i = 0; i < 3; i++) await pay(`warm-${i}`);
+    const captures = vi.spyOn(Error, 'captureStackTrace');
+    try {
+      for (let i = 0; i < 20; i++) expect((await pay(`m-${i}`)).status).toBe('processed');
+      // Before: mysql2's promise query() captured one per statement (trace), 4 per
+      // transaction (80 here), each walking the store's call chain.
+      expect(captures.mock.calls.length).toBe(20);
+      captures.mockClear();
+      for (let i = 0; i < 20; i++) expect((await pay(`m-${i}`)).status).toBe('duplicate');
+      expect(captures.mock.calls.length).toBe(0);
+    } finally {
+      captures.mockRestore();
+    }
+  });
+
+  it("still gives errors the caller's frames: a handler statement's at once, the marker INSERT's on its way out", async () => {
+    const { store, payments } = await migratedStore();
+    const schema = payments.split('`')[1]!;
+    async function handlerOfTheCaller(tx: { query(sql: string): Promise<unknown> }) {
+      await tx.query(`SELECT * FROM \`${schema}\`.no_such_table`);
+    }
+    async function callerOfProcessOnce(id: string) {
+      return await processOnce(store, { consumer: 'cost', messageId: id }, handlerOfTheCaller);
+    }
+    const handlerError = await callerOfProcessOnce('m-1').catch((error: Error) => error);
+    expect((handlerError as { errno?: number }).errno).toBe(1146);
+    expect((handlerError as Error).stack).toContain('handlerOfTheCaller');
+    expect((handlerError as Error).stack).toContain('callerOfProcessOnce');
+    // The marker INSERT (the store's own statement, sent without a stack capture) fails.
+    await admin.query(`DROP TABLE \`${schema}\`.processed_messages`);
+    const markerError = await callerOfProcessOnce('m-2').catch((error: Error) => error);
+    expect((markerError as { errno?: number }).errno).toBe(1146);
+    expect((markerError as Error).stack).toMatch(/^Error: Table .*processed_messages' doesn't exist\n/);
+    // Before: mysql2's capture held ten frames of the store's own and none of the caller's.
+    expect((markerError as Error).stack).toContain('callerOfProcessOnce');
   });
 });

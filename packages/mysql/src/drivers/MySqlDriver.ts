@@ -7,6 +7,12 @@ import type { SqlResult } from '@oncely/core';
 export interface RawConnection {
   query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
   /**
+   * A statement of the store's own (a claim's marker INSERT): as {@link query}, without
+   * capturing the caller's stack first (mysql2's `trace`). An error of it carries the
+   * caller's frames only once the driver's transaction has let it out. Absent: `query`.
+   */
+  ownStatement?<R = Record<string, unknown>>(text: string, params: readonly unknown[]): Promise<SqlResult<R>>;
+  /**
    * Whether the server reported an open transaction after the last statement (the
    * SERVER_STATUS_IN_TRANS flag of its answer); undefined where the driver cannot tell
    * (a caller's own transaction client).
@@ -60,11 +66,13 @@ export interface HeldSessionLock {
 export function toSqlResult<R>(answer: unknown): SqlResult<R> {
   if (Array.isArray(answer)) return { rows: answer as R[], rowCount: answer.length };
   const header = answer as { affectedRows?: number; insertId?: number } | undefined;
-  return Object.assign(
-    { rows: [] as R[], rowCount: typeof header?.affectedRows === 'number' ? header.affectedRows : null },
-    // insertId is read by recordAttempt (LAST_INSERT_ID(expr)); not part of SqlResult.
-    header && typeof header.insertId === 'number' ? { insertId: header.insertId } : {},
-  );
+  const result: SqlResult<R> & { insertId?: number } = {
+    rows: [],
+    rowCount: typeof header?.affectedRows === 'number' ? header.affectedRows : null,
+  };
+  // insertId is read by recordAttempt (LAST_INSERT_ID(expr)); not part of SqlResult.
+  if (header && typeof header.insertId === 'number') result.insertId = header.insertId;
+  return result;
 }
 
 /** A short description of an error for messages that wrap it (the error itself stays the cause). */

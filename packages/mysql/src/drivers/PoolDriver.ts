@@ -79,6 +79,8 @@ const sessionsSetUp = new WeakSet<object>();
  */
 export class PoolDriver implements MySqlDriver {
   private poolPromise: Promise<MySqlPoolLike> | undefined;
+  /** The pool once {@link poolPromise} has resolved: a checkout then waits for nothing else. */
+  private readyPool: MySqlPoolLike | undefined;
   private readonly ownsPool: boolean;
   private readonly staleConnectionAttempts: number;
   /** The bound of every checkout's wait for a pooled connection (poolWaitTimeoutMs). */
@@ -93,7 +95,10 @@ export class PoolDriver implements MySqlDriver {
   ) {
     this.ownsPool = !('pool' in source);
     this.staleConnectionAttempts = ('poolMax' in source ? source.poolMax : DEFAULT_STALE_ATTEMPTS) + 1;
-    if ('pool' in source) this.poolPromise = Promise.resolve(source.pool);
+    if ('pool' in source) {
+      this.readyPool = source.pool;
+      this.poolPromise = Promise.resolve(source.pool);
+    }
     this.poolWaits = new DeadlineQueue(settings.poolWaitTimeoutMs);
     this.statementWaits =
       settings.queryTimeoutMs > 0 ? new DeadlineQueue(settings.queryTimeoutMs) : undefined;
@@ -108,13 +113,13 @@ export class PoolDriver implements MySqlDriver {
         result = await work(session);
       } catch (error) {
         if (session.lost === undefined) {
-          await session.query('ROLLBACK').catch(() => {
+          await session.ownStatement('ROLLBACK').catch(() => {
             rollbackFailed = true;
           });
         }
         throw error;
       }
-      await session.query('COMMIT');
+      await session.ownStatement('COMMIT');
       return result;
     } catch (error) {
       if (session.lost !== undefined) {
@@ -127,11 +132,13 @@ export class PoolDriver implements MySqlDriver {
           },
         );
       }
-      throw error;
+      throw withCallerStack(error);
     } finally {
       // A session lock held past the commit (see runAfterTransaction) is released before the
       // connection is pooled; if that fails the connection is destroyed, which releases it.
-      const releasedLocks = rollbackFailed ? false : await session.afterTransaction();
+      const releasedLocks = rollbackFailed
+        ? false
+        : !session.hasAfterEnd || (await session.afterTransaction());
       session.release(rollbackFailed || !releasedLocks);
     }
   }
@@ -195,8 +202,9 @@ export class PoolDriver implements MySqlDriver {
       const connection = await this.connect();
       const session = new Session(connection, this.statementWaits);
       try {
-        await this.setUpSession(session, connection);
-        session.first = await session.query(first, params);
+        const key = connection.connection ?? connection;
+        if (!sessionsSetUp.has(key)) await this.setUpSession(session, key);
+        session.first = await session.ownStatement(first, params);
         return session;
       } catch (error) {
         // A statement that timed out is a partition, not a stale pooled connection:
@@ -208,7 +216,7 @@ export class PoolDriver implements MySqlDriver {
         markFromStoreConnection(error);
         const dead = session.lost !== undefined || classifyMySqlError(error) === 'unavailable';
         session.release(true);
-        if (!dead) throw error;
+        if (!dead) throw withCallerStack(error);
         if (attempt >= this.staleConnectionAttempts) {
           throw new StoreUnavailableError(`MySQL does not answer: ${describeError(error)}`, { cause: error });
         }
@@ -216,32 +224,30 @@ export class PoolDriver implements MySqlDriver {
     }
   }
 
-  private async setUpSession(session: Session, connection: MySqlPoolConnectionLike): Promise<void> {
-    const key = connection.connection ?? connection;
-    if (sessionsSetUp.has(key)) return;
-    await session.query('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
-    await session.query(`SET SESSION innodb_lock_wait_timeout = ${this.settings.lockWaitTimeoutSeconds}`);
+  private async setUpSession(session: Session, key: object): Promise<void> {
+    await session.ownStatement('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
+    await session.ownStatement(
+      `SET SESSION innodb_lock_wait_timeout = ${this.settings.lockWaitTimeoutSeconds}`,
+    );
     sessionsSetUp.add(key);
   }
 
-  private async connect(): Promise<MySqlPoolConnectionLike> {
-    const pool = await this.pool();
-    try {
-      return await this.boundedGetConnection(pool);
-    } catch (error) {
-      if (error instanceof StoreUnavailableError) throw error;
-      markFromStoreConnection(error);
-      const at = 'url' in this.source ? ` at ${redactUrl(this.source.url)}` : '';
-      throw new StoreUnavailableError(`cannot connect to MySQL${at}: ${describeError(error)}`, {
-        cause: error,
-      });
-    }
+  /** A pooled connection within `poolWaitTimeoutMs`; one promise once the pool exists. */
+  private connect(): Promise<MySqlPoolConnectionLike> {
+    const ready = this.readyPool;
+    if (ready) return this.boundedGetConnection(ready);
+    // Created on first use; a failure to create it (mysql2 missing) is thrown as it is.
+    return this.pool().then((pool) => {
+      this.readyPool = pool;
+      return this.boundedGetConnection(pool);
+    });
   }
 
   /**
    * `pool.getConnection()` within `poolWaitTimeoutMs`: mysql2 queues the request without
    * limit while every connection is in use. A connection that arrives after the wait gave
-   * up is released at once, so the pool loses nothing.
+   * up is released at once, so the pool loses nothing. A failure to connect is reported as
+   * `StoreUnavailableError` (the driver's error as `cause`).
    */
   private boundedGetConnection(pool: MySqlPoolLike): Promise<MySqlPoolConnectionLike> {
     const waits = this.poolWaits;
@@ -263,9 +269,18 @@ export class PoolDriver implements MySqlDriver {
         },
         (error: unknown) => {
           waits.remove(deadline);
-          if (!gaveUp) reject(error);
+          if (!gaveUp) reject(this.connectError(error));
         },
       );
+    });
+  }
+
+  private connectError(error: unknown): StoreUnavailableError {
+    if (error instanceof StoreUnavailableError) return error;
+    markFromStoreConnection(error);
+    const at = 'url' in this.source ? ` at ${redactUrl(this.source.url)}` : '';
+    return new StoreUnavailableError(`cannot connect to MySQL${at}: ${describeError(error)}`, {
+      cause: error,
     });
   }
 
@@ -306,10 +321,36 @@ export class PoolDriver implements MySqlDriver {
   }
 }
 
+/** A callback answer of mysql2: an error, or rows / a ResultSetHeader. */
+type Answer = (error: unknown, result?: unknown) => void;
+
+/**
+ * The callback connection under a mysql2 promise connection (its `connection`), when it
+ * has one: the `query()` its promise `query()` wraps, and its `trace` option. Not part of
+ * {@link MySqlPoolConnectionLike}: mysql2's typings declare that property as a promise
+ * connection.
+ */
+interface CallbackConnection {
+  readonly config?: { trace?: boolean };
+  query(sql: string, values: unknown, callback: Answer): unknown;
+  query(sql: string, callback: Answer): unknown;
+}
+
 /**
  * One checked-out connection: its statements are bounded by the query timeout, and its
  * loss (an 'error' or 'end' of the socket, a timed-out statement) is remembered so the
  * connection is destroyed rather than pooled and the failure reported as an outage.
+ *
+ * Statements go to mysql2's callback connection (the one its promise `query()` wraps),
+ * one promise each. A statement of the work ({@link query}: the handler's) first captures
+ * its caller's stack when the pool's `trace` option is on (mysql2's default), as mysql2's
+ * promise `query()` does, and its error carries those frames. The store's own statements
+ * ({@link ownStatement}: START TRANSACTION, the claim's INSERT, COMMIT, ROLLBACK, session
+ * set-up) capture nothing: with three of them per transaction that capture, walking the
+ * store's call chain, was the largest client-side cost of a processOnce (issue 31's bench).
+ * Their errors get the caller's frames when they leave the checkout or the transaction
+ * ({@link withCallerStack}); only a caller of `store.claim()` that catches the error
+ * inside its own transaction sees mysql2's frames instead.
  */
 class Session implements RawConnection {
   /** The first loss seen on the connection, if any. */
@@ -318,6 +359,10 @@ class Session implements RawConnection {
   first: SqlResult<any> = { rows: [], rowCount: 0 };
   private released = false;
   private readonly core: MySqlPoolConnectionLike['connection'];
+  /** The callback connection statements are sent on; undefined: the promise `query()`. */
+  private readonly callbacks: CallbackConnection | undefined;
+  /** Whether a statement of the work captures its caller's stack (mysql2's `trace`). */
+  private readonly trace: boolean;
   private readonly onError = (error: unknown) => {
     this.lost ??= error ?? new Error('connection error');
   };
@@ -330,13 +375,22 @@ class Session implements RawConnection {
     /** The driver's shared statement bound (queryTimeoutMs); undefined when there is none. */
     private readonly statementWaits: DeadlineQueue | undefined,
   ) {
-    this.core = connection.connection;
-    this.core?.on('error', this.onError);
-    this.core?.on('end', this.onEnd);
+    const core = connection.connection;
+    this.core = core;
+    const callbacks = core as Partial<CallbackConnection> | undefined;
+    this.callbacks = typeof callbacks?.query === 'function' ? (callbacks as CallbackConnection) : undefined;
+    this.trace = callbacks?.config?.trace === true;
+    core?.on('error', this.onError);
+    core?.on('end', this.onEnd);
   }
 
   /** Statements to run once the transaction has ended; see {@link RawConnection.runAfterTransaction}. */
   private readonly afterEnd: Array<{ text: string; params: readonly unknown[] }> = [];
+
+  /** Whether {@link runAfterTransaction} queued anything. */
+  get hasAfterEnd(): boolean {
+    return this.afterEnd.length > 0;
+  }
 
   runAfterTransaction(text: string, params: readonly unknown[]): void {
     this.afterEnd.push({ text, params });
@@ -347,7 +401,7 @@ class Session implements RawConnection {
     if (this.afterEnd.length === 0) return true;
     if (this.lost !== undefined) return false;
     try {
-      for (const { text, params } of this.afterEnd.splice(0)) await this.query(text, params);
+      for (const { text, params } of this.afterEnd.splice(0)) await this.ownStatement(text, params);
       return true;
     } catch {
       return false;
@@ -359,28 +413,71 @@ class Session implements RawConnection {
     return typeof status === 'number' ? (status & SERVER_STATUS_IN_TRANS) !== 0 : undefined;
   }
 
+  /** A statement of the work: its error carries the caller's frames (with `trace`). */
   query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
+    if (!this.callbacks) return this.viaPromise<R>(text, params);
+    const caller = this.trace ? captureStack(Session.prototype.query) : undefined;
+    return this.send<R>(this.callbacks, text, params, caller);
+  }
+
+  /** A statement of the store's own: no stack captured (see the class). */
+  ownStatement<R = Record<string, unknown>>(
+    text: string,
+    params?: readonly unknown[],
+  ): Promise<SqlResult<R>> {
+    if (!this.callbacks) return this.viaPromise<R>(text, params);
+    return this.send<R>(this.callbacks, text, params, undefined);
+  }
+
+  /** One statement on the callback connection, bounded by queryTimeoutMs: one promise. */
+  private send<R>(
+    callbacks: CallbackConnection,
+    text: string,
+    params: readonly unknown[] | undefined,
+    caller: { stack?: string } | undefined,
+  ): Promise<SqlResult<R>> {
+    if (this.lost !== undefined) return Promise.reject(unavailable(this.lost));
+    return new Promise<SqlResult<R>>((resolve, reject) => {
+      const waits = this.statementWaits;
+      const deadline = waits?.add(() => reject(this.timedOut(waits.ms)));
+      const answer: Answer = (error, result) => {
+        if (deadline) waits!.remove(deadline);
+        if (!error) {
+          resolve(toSqlResult<R>(result));
+          return;
+        }
+        this.failed(error);
+        if (caller) applyStack(error, caller);
+        else if (typeof error === 'object') uncaptured.add(error as object);
+        reject(error);
+      };
+      try {
+        if (params === undefined) callbacks.query(text, answer);
+        else callbacks.query(text, params, answer);
+      } catch (error) {
+        answer(error);
+      }
+    });
+  }
+
+  /**
+   * The promise `query()` of a connection-like without a callback connection underneath
+   * (mysql2's own promise connections always have one): bounded the same way.
+   */
+  private viaPromise<R>(text: string, params: readonly unknown[] | undefined): Promise<SqlResult<R>> {
     if (this.lost !== undefined) return Promise.reject(unavailable(this.lost));
     const sent = params === undefined ? this.connection.query(text) : this.connection.query(text, params);
     const answer = sent.then(
       ([result]) => toSqlResult<R>(result),
       (error: unknown) => {
-        markFromStoreConnection(error);
-        if ((error as { fatal?: unknown }).fatal === true) this.lost ??= error;
+        this.failed(error);
         throw error;
       },
     );
     const waits = this.statementWaits;
     if (!waits) return answer;
     return new Promise<SqlResult<R>>((resolve, reject) => {
-      const deadline = waits.add(() => {
-        const error = new StoreUnavailableError(
-          `MySQL did not answer within ${waits.ms} ms (queryTimeoutMs): connection destroyed`,
-        );
-        this.lost ??= error;
-        this.release(true);
-        reject(error);
-      });
+      const deadline = waits.add(() => reject(this.timedOut(waits.ms)));
       answer.then(
         (value) => {
           waits.remove(deadline);
@@ -392,6 +489,22 @@ class Session implements RawConnection {
         },
       );
     });
+  }
+
+  /** A statement failed: a fatal error (the connection is dead) makes the session lost. */
+  private failed(error: unknown): void {
+    markFromStoreConnection(error);
+    if ((error as { fatal?: unknown } | null)?.fatal === true) this.lost ??= error;
+  }
+
+  /** A statement outlived queryTimeoutMs: the connection is destroyed. */
+  private timedOut(ms: number): StoreUnavailableError {
+    const error = new StoreUnavailableError(
+      `MySQL did not answer within ${ms} ms (queryTimeoutMs): connection destroyed`,
+    );
+    this.lost ??= error;
+    this.release(true);
+    return error;
   }
 
   /** Gives the connection back; a lost or suspect one is destroyed instead of pooled. */
@@ -407,6 +520,41 @@ class Session implements RawConnection {
     this.core?.removeListener('error', this.onError);
     this.connection.release();
   }
+}
+
+/**
+ * Errors of the store's own statements, sent without capturing a stack: they get the
+ * caller's frames from {@link withCallerStack} on their way out.
+ */
+const uncaptured = new WeakSet<object>();
+
+/** The stack where it is called, frames above `below` left out (mysql2's captureStackHolder). */
+function captureStack(below: (...args: any[]) => unknown): { stack?: string } {
+  const holder: { stack?: string } = {};
+  Error.captureStackTrace(holder, below);
+  return holder;
+}
+
+/** `error`'s first line (name and message) over the frames of `holder` (mysql2's applyCapturedStack). */
+function applyStack(error: unknown, holder: { stack?: string }): void {
+  const stack = holder.stack;
+  if (!(error instanceof Error) || typeof stack !== 'string' || !stack) return;
+  const lines = stack.split('\n');
+  lines[0] = `${error.name}: ${error.message}`;
+  error.stack = lines.join('\n');
+}
+
+/**
+ * An error of one of the store's own statements, leaving the checkout or the transaction,
+ * gets the frames of that place and its async callers (the code that called processOnce
+ * or the store method): what mysql2's `trace` would have given it, captured only on
+ * failure. Any other error is returned as it is.
+ */
+function withCallerStack(error: unknown): unknown {
+  if (typeof error !== 'object' || error === null || !uncaptured.has(error)) return error;
+  uncaptured.delete(error);
+  applyStack(error, captureStack(withCallerStack));
+  return error;
 }
 
 function unavailable(cause: unknown): StoreUnavailableError {
