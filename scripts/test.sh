@@ -139,10 +139,11 @@ node22=$!
 # conformance and rebalance, the same files the kafkajs runs above passed; and send(),
 # the outbox producer, findDeadLetters and diagnose on it (about 10 s together); and
 # oncely dlq on Kafka (the session's scans and re-sends on this client, about 15 s); your
-# own @platformatic/kafka factories (broker.platformatic; it needs Node >= 22.22: the main
-# run leaves it out).
+# own @platformatic/kafka factories (broker.platformatic). And the Kafka chaos run with its
+# consumer processes on this client (a broker of its own, 300 orders, 3 kills; the chaos
+# project's phase runs first). Both files need Node >= 22.22: the main run leaves them out.
 setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts packages/kafka/test/deadLetters.test.ts packages/kafka/test/deadLetterCli.test.ts packages/kafka/test/platformaticInjected.test.ts' \
+  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka --project chaos packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts packages/kafka/test/deadLetters.test.ts packages/kafka/test/deadLetterCli.test.ts packages/kafka/test/platformaticInjected.test.ts test/chaos/chaos.kafkaPlatformatic.test.ts' \
   >"$logs/kafkaPlatformatic.log" 2>&1 &
 kafkaPlatformatic=$!
 # A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the
