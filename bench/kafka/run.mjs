@@ -12,8 +12,20 @@
 //                  transaction (one claim statement, one INSERT for their rows), offsets
 //                  committed after
 //
+// And the same on @platformatic/kafka (issue 32; Node >= 22.22, so not in the default runs:
+// npx -y -p node@22 -c 'node bench/kafka/run.mjs --runs ...'):
+//
+//   plat-raw          a @platformatic/kafka consumer stream, records of a partition in order
+//                     (--concurrency partitions at once), parse the body, commit when the
+//                     partition's records delivered so far are done; no database
+//   plat-raw+tx       the same plus one bare INSERT transaction per record
+//   plat-raw+marker   the same with the marker transaction written by hand
+//   plat-oncely, plat-oncely-offsets, plat-oncely-batch
+//                     oncely, oncely-offsets, oncely-batch with broker.client 'platformatic'
+//
 // Reported as records/s and as ratios against raw+tx (the fair baseline: the same effect,
-// without the guarantee).
+// without the guarantee) and against the marker loop by hand of the run's own client
+// (raw+marker for kafkajs, plat-raw+marker for @platformatic/kafka).
 //
 //   node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4] [--batch-size 50]
 //                            [--rounds 1] [--runs raw,raw+tx,raw+marker,oncely,oncely-offsets,oncely-batch]
@@ -55,7 +67,8 @@ const { values: args } = parseArgs({
 if (args.help) {
   console.log(
     'node bench/kafka/run.mjs [--messages 5000] [--partitions 4] [--concurrency 4] [--batch-size 50] [--rounds 1] [--runs a,b,...]\n' +
-      'runs: raw, raw+tx, raw+marker, oncely, oncely-offsets, oncely-batch (see the header of this file)',
+      'runs: raw, raw+tx, raw+marker, oncely, oncely-offsets, oncely-batch, and on @platformatic/kafka (Node >= 22.22)\n' +
+      '      plat-raw, plat-raw+tx, plat-raw+marker, plat-oncely, plat-oncely-offsets, plat-oncely-batch (see the header of this file)',
   );
   process.exit(0);
 }
@@ -65,6 +78,16 @@ const PARTITIONS = Number(args.partitions);
 const CONCURRENCY = Number(args.concurrency);
 const ROUNDS = Number(args.rounds);
 const RUNS = args.runs.split(',');
+const [nodeMajor = 0, nodeMinor = 0] = process.versions.node.split('.').map(Number);
+if (
+  RUNS.some((label) => label.startsWith('plat-')) &&
+  !(nodeMajor > 22 || (nodeMajor === 22 && nodeMinor >= 22))
+) {
+  console.error(
+    `the plat-* runs need Node >= 22.22 (@platformatic/kafka); this is ${process.version}: npx -y -p node@22 -c 'node bench/kafka/run.mjs ...'`,
+  );
+  process.exit(2);
+}
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const emulator = fileURLToPath(new URL('../../test/emulators/kafka/', import.meta.url));
 let brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:19092').split(',');
@@ -160,6 +183,31 @@ function timer() {
   };
 }
 
+/**
+ * The marker transaction (or the bare one, or nothing) of one record, as the raw loops
+ * write it by hand. @param {'bare' | 'marker' | false} transaction
+ */
+async function handWrite(name, transaction, id) {
+  if (!transaction) return;
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const claimed =
+      transaction === 'marker'
+        ? await client.query(
+            `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+            [name, id],
+          )
+        : { rowCount: 1 };
+    if (claimed.rowCount === 1) {
+      await client.query(`INSERT INTO "${schema}".effects (message_id, n) VALUES ($1, $2)`, [id, 40]);
+    }
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+}
+
 /** transaction: false, 'bare' (BEGIN, INSERT, COMMIT) or 'marker' (the marker transaction by hand). */
 async function rawLoop(name, transaction) {
   const topic = await fillTopic(name);
@@ -175,26 +223,7 @@ async function rawLoop(name, transaction) {
       for (const message of batch.messages) {
         // Every raw loop decodes the body, as any consumer does (and the other brokers' raw loops do).
         JSON.parse(message.value.toString('utf8'));
-        if (transaction) {
-          const id = message.headers['message-id'].toString();
-          const client = await pool.connect();
-          try {
-            await client.query('BEGIN');
-            const claimed =
-              transaction === 'marker'
-                ? await client.query(
-                    `INSERT INTO "${schema}".hand_markers (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-                    [name, id],
-                  )
-                : { rowCount: 1 };
-            if (claimed.rowCount === 1) {
-              await client.query(`INSERT INTO "${schema}".effects (message_id, n) VALUES ($1, $2)`, [id, 40]);
-            }
-            await client.query('COMMIT');
-          } finally {
-            client.release();
-          }
-        }
+        if (transaction) await handWrite(name, transaction, message.headers['message-id'].toString());
         resolveOffset(message.offset);
         clock.tick();
         await heartbeat();
@@ -209,8 +238,103 @@ async function rawLoop(name, transaction) {
   return measured;
 }
 
+/**
+ * The raw loop on @platformatic/kafka, as a careful user writes it: the client hands over
+ * one stream of records for all partitions, so each partition gets a chain of its own
+ * (its records in offset order; --concurrency partitions at once), the body is parsed,
+ * the marker transaction written by hand, and a partition's offset is committed once
+ * every record of it delivered so far is done (a burst of a fetch commits once, as
+ * kafkajs' eachBatch loop commits per batch). The stream pauses above 2000 records held.
+ */
+async function platRawLoop(name, transaction) {
+  const { Consumer } = await import('@platformatic/kafka');
+  const topic = await fillTopic(name);
+  const clock = timer();
+  const consumer = new Consumer({
+    clientId: `oncely-bench-${name}`,
+    bootstrapBrokers: brokers,
+    groupId: `bench-${name}-${tag}`,
+    autocommit: false,
+  });
+  const stream = await consumer.consume({
+    topics: [topic],
+    mode: 'earliest',
+    autocommit: false,
+    maxWaitTime: 200,
+  });
+  const MESSAGE_ID = Buffer.from('message-id');
+  /** @type {Map<number, { tail: Promise<void>, pending: number }>} */
+  const chains = new Map();
+  let held = 0;
+  let paused = false;
+  let fail;
+  const failed = new Promise((_, reject) => {
+    fail = reject;
+  });
+  // --concurrency partitions at once, as kafkajs' partitionsConsumedConcurrently.
+  let free = CONCURRENCY;
+  const waiting = [];
+  const acquire = () => {
+    if (free === 0) return new Promise((resolve) => waiting.push(resolve));
+    free--;
+    return Promise.resolve();
+  };
+  const release = () => {
+    if (waiting.length > 0) waiting.shift()();
+    else free++;
+  };
+  stream.on('error', (error) => fail(error));
+  stream.on('data', (message) => {
+    let chain = chains.get(message.partition);
+    if (!chain) {
+      chain = { tail: Promise.resolve(), pending: 0 };
+      chains.set(message.partition, chain);
+    }
+    const partitionChain = chain;
+    partitionChain.pending++;
+    if (++held >= 2000 && !paused) {
+      paused = true;
+      stream.pause();
+    }
+    partitionChain.tail = partitionChain.tail
+      .then(async () => {
+        await acquire();
+        try {
+          JSON.parse(message.value.toString('utf8'));
+          let id;
+          for (const [key, value] of message.headerEntries) if (key.equals(MESSAGE_ID)) id = value.toString();
+          await handWrite(name, transaction, id);
+          clock.tick();
+          if (--partitionChain.pending === 0) {
+            await consumer.commit({
+              offsets: [
+                {
+                  topic,
+                  partition: message.partition,
+                  offset: message.offset + 1n,
+                  leaderEpoch: message.leaderEpoch,
+                },
+              ],
+            });
+          }
+        } finally {
+          release();
+        }
+        if (--held <= 1000 && paused) {
+          paused = false;
+          stream.resume();
+        }
+      })
+      .catch((error) => fail(error));
+  });
+  const measured = await Promise.race([clock.elapsed(), failed]);
+  await stream.close();
+  await consumer.close();
+  return measured;
+}
+
 /** `batch`: the batch size, or undefined for one transaction per record. */
-async function oncely(name, mode, batch) {
+async function oncely(name, mode, batch, client = 'kafkajs') {
   const topic = await fillTopic(name);
   const store = new PostgresStore({
     connectionString: DATABASE_URL,
@@ -224,6 +348,7 @@ async function oncely(name, mode, batch) {
     broker: {
       brokers,
       topic,
+      client,
       fromBeginning: true,
       maxWaitTimeInMs: 200,
       partitionsConsumedConcurrently: CONCURRENCY,
@@ -268,6 +393,12 @@ const runs = {
   oncely: (round) => oncely(`oncely${round}`, 'transactional'),
   'oncely-offsets': (round) => oncely(`offsets${round}`, 'offsets'),
   'oncely-batch': (round) => oncely(`batch${round}`, 'transactional', BATCH_SIZE),
+  'plat-raw': (round) => platRawLoop(`platraw${round}`, false),
+  'plat-raw+tx': (round) => platRawLoop(`platrawtx${round}`, 'bare'),
+  'plat-raw+marker': (round) => platRawLoop(`platrawmarker${round}`, 'marker'),
+  'plat-oncely': (round) => oncely(`platoncely${round}`, 'transactional', undefined, 'platformatic'),
+  'plat-oncely-offsets': (round) => oncely(`platoffsets${round}`, 'offsets', undefined, 'platformatic'),
+  'plat-oncely-batch': (round) => oncely(`platbatch${round}`, 'transactional', BATCH_SIZE, 'platformatic'),
 };
 const unknown = RUNS.filter((label) => !(label in runs));
 if (unknown.length > 0) throw new Error(`unknown runs: ${unknown.join(', ')}`);
@@ -299,7 +430,7 @@ try {
       cpuUsPerRecord: Math.round(median(cpuRounds.get(label))),
       // This run's rate ÷ each baseline's that ran (bench/run.mjs reads these).
       vs: Object.fromEntries(
-        ['raw', 'raw+tx', 'raw+marker']
+        ['raw', 'raw+tx', 'raw+marker', 'plat-raw', 'plat-raw+tx', 'plat-raw+marker']
           .map((base) => [base, ratio(label, base)])
           .filter(([, value]) => value !== undefined),
       ),
@@ -349,10 +480,11 @@ const formatted = (value) => (value === undefined ? '—' : `${value.toFixed(2)}
 console.log(
   `\nKafka, ${N} records, ${PARTITIONS} partitions, concurrency ${CONCURRENCY}, ${ROUNDS} round(s) (median)`,
 );
-console.log('run              records/s   vs raw+tx   vs raw+marker');
+console.log("run                  records/s   vs raw+tx   vs raw+marker   vs its client's raw+marker");
 for (const r of results) {
+  const own = r.label.startsWith('plat-') ? 'plat-raw+marker' : 'raw+marker';
   console.log(
-    `${r.label.padEnd(16)} ${String(r.perSecond).padStart(9)}   ${formatted(ratio(r.label, 'raw+tx')).padStart(8)}   ${formatted(ratio(r.label, 'raw+marker')).padStart(13)}`,
+    `${r.label.padEnd(20)} ${String(r.perSecond).padStart(9)}   ${formatted(ratio(r.label, 'raw+tx')).padStart(8)}   ${formatted(ratio(r.label, 'raw+marker')).padStart(13)}   ${formatted(ratio(r.label, own)).padStart(13)}`,
   );
 }
 console.log(

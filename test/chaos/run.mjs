@@ -29,6 +29,10 @@ const USAGE = `usage: npm run chaos -- --broker <memory|rabbitmq|kafka|sqs|all> 
   --no-db-cut           no database cut
   --no-broker-drop      no broker connection drops
   --no-broker-restart   no broker restart (Kafka, fauxqs)
+  --kafka-client C      the Kafka consumers' client: kafkajs (default) or platformatic
+                        (@platformatic/kafka: the consumer processes need Node >= 22.22)
+  --child-node PATH     the Node binary the consumer processes run on (default: this one;
+                        or ONCELY_CHAOS_CHILD_NODE)
   --store S             postgres (default, DATABASE_URL) or mysql (@oncely/mysql, MYSQL_URL)
   --pg-restart          also restart PostgreSQL mid-run (pg_ctlcluster 15 main restart):
                         hand runs only, refused under CI=true; it breaks whatever else uses the server
@@ -59,6 +63,8 @@ async function main() {
       'no-broker-restart': { type: 'boolean' },
       'pg-restart': { type: 'boolean' },
       store: { type: 'string' },
+      'kafka-client': { type: 'string' },
+      'child-node': { type: 'string' },
       defect: { type: 'string' },
       'timeout-ms': { type: 'string' },
       'log-dir': { type: 'string' },
@@ -94,6 +100,8 @@ async function main() {
     brokerRestart: values['no-broker-restart'] ? false : undefined,
     pgRestart: values['pg-restart'] ? true : undefined,
     store: /** @type {any} */ (values.store),
+    kafkaClient: /** @type {any} */ (values['kafka-client']),
+    childNode: values['child-node'],
     defect: values.defect,
     timeoutMs: num(values['timeout-ms']),
     logDir: values['log-dir'],

@@ -117,7 +117,61 @@ export type KafkaBrokerOptions = {
    * JSON config: pass it in code.
    */
   kafka?: KafkaClientLike;
+  /**
+   * Your own @platformatic/kafka setup: factories the adapter (and `send`'s producer,
+   * `createKafkaProducer`, `findDeadLetters`, `diagnose`) builds its clients with instead
+   * of `new Consumer(options)`, `new Producer(options)` and `new Admin(options)`. Each is
+   * called with the options the adapter would use (`clientId`, `bootstrapBrokers`, the
+   * timeouts, `sasl`, `tls`, ... from this section, plus the group's or the producer's
+   * own) and returns a client of that kind built from them, with your additions: a SASL
+   * credential provider or custom authenticator, TLS options, metrics, your own brokers.
+   * Keep the adapter's `groupId`, the consumer's and producer's options and the default
+   * (Buffer) serialisers. `client` defaults to `'platformatic'` with it and `brokers`
+   * becomes optional (the factories then give `bootstrapBrokers`). Not expressible in JSON
+   * config: pass it in code.
+   *
+   * @example
+   * ```ts
+   * import { Admin, Consumer, Producer } from '@platformatic/kafka';
+   * const sasl = { mechanism: 'OAUTHBEARER', token: () => tokens.current() } as const;
+   * const platformatic = {
+   *   consumer: (options) => new Consumer({ ...options, sasl }),
+   *   producer: (options) => new Producer({ ...options, sasl }),
+   *   admin: (options) => new Admin({ ...options, sasl }),
+   * } satisfies PlatformaticClientFactories;
+   * ```
+   */
+  platformatic?: PlatformaticClientFactories;
 };
+
+/**
+ * Options the adapter passes to your {@link PlatformaticClientFactories}: those of
+ * @platformatic/kafka's `Consumer`, `Producer` or `Admin` (only their shape is named here,
+ * so that kafkajs users need not have @platformatic/kafka's types). Spread them into the
+ * constructor of the kind asked for.
+ */
+export type PlatformaticClientOptions = {
+  clientId: string;
+  bootstrapBrokers: string[];
+  [option: string]: any;
+};
+
+/** {@link PlatformaticClientOptions} of a consumer: a `groupId` too. */
+export type PlatformaticConsumerOptions = PlatformaticClientOptions & { groupId: string };
+
+/**
+ * Factories of @platformatic/kafka clients (`broker.platformatic`): each returns a new
+ * client of its kind built from the options given (see `KafkaBrokerOptions.platformatic`).
+ * The adapter closes what they return.
+ */
+export interface PlatformaticClientFactories {
+  /** A `new Consumer(options)` of @platformatic/kafka (a group member, or a dead-letter scan's). */
+  consumer(options: PlatformaticConsumerOptions): unknown;
+  /** A `new Producer(options)` of @platformatic/kafka (dead letters, `send`, the outbox producer). */
+  producer(options: PlatformaticClientOptions): unknown;
+  /** A `new Admin(options)` of @platformatic/kafka. */
+  admin(options: PlatformaticClientOptions): unknown;
+}
 
 /** The client libraries the adapter runs on. */
 export type KafkaClientName = 'kafkajs' | 'platformatic';
@@ -176,6 +230,7 @@ export interface ResolvedKafkaConfig {
   maxBytes: number | undefined;
   logLevel: 'nothing' | 'error' | 'warn' | 'info' | 'debug';
   kafka: KafkaClientLike | undefined;
+  platformatic: PlatformaticClientFactories | undefined;
 }
 
 const KNOWN = new Set([
@@ -206,6 +261,7 @@ const KNOWN = new Set([
   'maxBytes',
   'logLevel',
   'kafka',
+  'platformatic',
 ]);
 
 const LOG_LEVELS = ['nothing', 'error', 'warn', 'info', 'debug'] as const;
@@ -247,13 +303,21 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
       'must be a KafkaJS client (with consumer(), producer() and admin())',
     );
   }
+  checkPlatformaticFactories(b.platformatic);
+  if (b.kafka !== undefined && b.platformatic !== undefined) {
+    throw new ConfigError(
+      'broker.platformatic',
+      'cannot be given with broker.kafka (a KafkaJS client): give one client library, not both',
+    );
+  }
+  const injected = b.kafka !== undefined || b.platformatic !== undefined;
   const brokers =
     typeof b.brokers === 'string'
       ? b.brokers.split(',').map((s) => s.trim())
-      : b.brokers === undefined && b.kafka !== undefined
+      : b.brokers === undefined && injected
         ? []
         : b.brokers;
-  if (!Array.isArray(brokers) || (brokers.length === 0 && b.kafka === undefined)) {
+  if (!Array.isArray(brokers) || (brokers.length === 0 && !injected)) {
     throw new ConfigError(
       'broker.brokers',
       `must be a non-empty list of 'host:port', got ${show(b.brokers)}`,
@@ -276,14 +340,21 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
   if (b.client === 'platformatic' && b.kafka !== undefined) {
     throw new ConfigError(
       'broker.kafka',
-      "is a KafkaJS client and cannot be used with broker.client 'platformatic' (give brokers instead)",
+      "is a KafkaJS client and cannot be used with broker.client 'platformatic' (give brokers, or your own @platformatic/kafka setup as broker.platformatic)",
     );
   }
-  if (b.client === 'platformatic' && !nodeRunsPlatformatic(process.versions.node)) {
+  if (b.client === 'kafkajs' && b.platformatic !== undefined) {
+    throw new ConfigError(
+      'broker.platformatic',
+      "holds @platformatic/kafka factories and cannot be used with broker.client 'kafkajs' (give broker.kafka for your own KafkaJS client)",
+    );
+  }
+  const client = b.client ?? (b.platformatic !== undefined ? 'platformatic' : 'kafkajs');
+  if (client === 'platformatic' && !nodeRunsPlatformatic(process.versions.node)) {
     // It loads on older Node, but its engines say >= 22.22: not a runtime it is tested on.
     throw new ConfigError(
       'broker.client',
-      `'platformatic' needs Node >= 22.22 (@platformatic/kafka's engines); this is ${process.version}`,
+      `'platformatic'${b.client === undefined ? ' (implied by broker.platformatic)' : ''} needs Node >= 22.22 (@platformatic/kafka's engines); this is ${process.version}`,
     );
   }
   optionalString(b.groupId, 'broker.groupId');
@@ -361,7 +432,7 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
   return {
     brokers,
     topic: b.topic,
-    client: b.client ?? 'kafkajs',
+    client,
     groupId: b.groupId ?? consumerName,
     clientId: b.clientId ?? `oncely-${consumerName}`,
     sessionTimeout,
@@ -385,7 +456,42 @@ export function resolveKafkaConfig(broker: BrokerConfig, consumerName: string): 
     maxBytes: b.maxBytes,
     logLevel: b.logLevel ?? 'warn',
     kafka: b.kafka,
+    platformatic: b.platformatic,
   };
+}
+
+/**
+ * `broker.platformatic`: an object of three factories. A client where factories are
+ * expected (a `Consumer`, or a KafkaJS `Kafka`, which has factories of its own kind) is
+ * named: the factories' results are checked when they are called (see
+ * adapter/platformaticFactories.ts).
+ */
+function checkPlatformaticFactories(value: unknown): void {
+  if (value === undefined) return;
+  const expected =
+    'must be @platformatic/kafka factories { consumer(options), producer(options), admin(options) }, each returning a new client of that kind built from the options given';
+  if (typeof value !== 'object' || value === null) {
+    throw new ConfigError('broker.platformatic', `${expected}; got ${show(value)}`);
+  }
+  const kind = (value as { type?: unknown }).type;
+  if (typeof kind === 'string' && typeof (value as { clientId?: unknown }).clientId === 'string') {
+    throw new ConfigError(
+      'broker.platformatic',
+      `${expected}; got a @platformatic/kafka ${kind} itself (the adapter makes several clients of each kind, with options of its own: give a function that makes one)`,
+    );
+  }
+  if (typeof (value as { logger?: unknown }).logger === 'function') {
+    throw new ConfigError(
+      'broker.platformatic',
+      `${expected}; got what looks like a KafkaJS client (give it as broker.kafka)`,
+    );
+  }
+  const missing = ['consumer', 'producer', 'admin'].filter(
+    (name) => typeof (value as Record<string, unknown>)[name] !== 'function',
+  );
+  if (missing.length > 0) {
+    throw new ConfigError('broker.platformatic', `${expected}; ${missing.join(', ')} missing`);
+  }
 }
 
 /** @platformatic/kafka's engines: `>= 22.22.0 || >= 24.6.0`, so any Node from 22.22 on. */

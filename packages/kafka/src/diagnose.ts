@@ -115,7 +115,7 @@ export async function diagnose(config: ConsumerConfig<any, any>): Promise<Diagno
   } catch (error) {
     findings.push({
       level: 'error',
-      message: `cluster ${resolved.kafka ? '(your broker.kafka client)' : resolved.brokers.join(',')} did not answer: ${error instanceof Error ? error.message : String(error)}`,
+      message: `cluster ${resolved.kafka ? '(your broker.kafka client)' : resolved.platformatic && resolved.brokers.length === 0 ? '(your broker.platformatic clients)' : resolved.brokers.join(',')} did not answer: ${error instanceof Error ? error.message : String(error)}`,
     });
   } finally {
     await admin?.disconnect().catch(() => {});

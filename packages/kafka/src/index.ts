@@ -4,6 +4,9 @@ export type {
   KafkaClientLike,
   KafkaClientName,
   KafkaRetryOptions,
+  PlatformaticClientFactories,
+  PlatformaticClientOptions,
+  PlatformaticConsumerOptions,
   ResolvedKafkaConfig,
 } from './config.js';
 export { resolveKafkaConfig } from './config.js';

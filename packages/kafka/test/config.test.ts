@@ -100,6 +100,48 @@ describe('resolveKafkaConfig', () => {
     expect(conflict.message).toMatch(/platformatic/);
   });
 
+  it('takes your own @platformatic/kafka factories (broker.platformatic), and refuses what is not that', () => {
+    const factories = { consumer: () => ({}), producer: () => ({}), admin: () => ({}) };
+    const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
+    if (major > 22 || (major === 22 && minor >= 22)) {
+      // client 'platformatic' implied, brokers optional (the factories give them).
+      const injected = resolveKafkaConfig(
+        { type: 'kafka', topic: 'orders', platformatic: factories } as never,
+        'c',
+      );
+      expect(injected.client).toBe('platformatic');
+      expect(injected.platformatic).toBe(factories);
+      expect(injected.brokers).toEqual([]);
+    } else {
+      const old = configError({ type: 'kafka', topic: 'orders', platformatic: factories });
+      expect(old.field).toBe('broker.client');
+      expect(old.message).toMatch(/implied by broker\.platformatic.*Node >= 22\.22/);
+    }
+    const kafkajsClient = { ...factories, logger: () => ({}) };
+    const refusals: Array<[Record<string, unknown>, string, RegExp]> = [
+      [{ platformatic: factories, client: 'kafkajs' }, 'broker.platformatic', /broker\.client 'kafkajs'/],
+      [{ platformatic: factories, kafka: kafkajsClient }, 'broker.platformatic', /not both/],
+      [{ platformatic: 'yes' }, 'broker.platformatic', /factories \{ consumer\(options\)/],
+      [{ platformatic: { consumer: () => ({}) } }, 'broker.platformatic', /producer, admin missing/],
+      // A client where a factory is expected: a @platformatic/kafka Consumer, a KafkaJS Kafka.
+      [
+        { platformatic: { type: 'consumer', clientId: 'mine' } },
+        'broker.platformatic',
+        /a @platformatic\/kafka consumer itself/,
+      ],
+      [
+        { platformatic: kafkajsClient },
+        'broker.platformatic',
+        /looks like a KafkaJS client \(give it as broker\.kafka\)/,
+      ],
+    ];
+    for (const [override, field, message] of refusals) {
+      const error = configError({ ...base, ...override });
+      expect(error.field).toBe(field);
+      expect(error.message).toMatch(message);
+    }
+  });
+
   it('accepts brokers as a comma-separated string (environment variables)', () => {
     expect(resolveKafkaConfig({ ...base, brokers: 'a:9092, b:9093' }, 'c').brokers).toEqual([
       'a:9092',

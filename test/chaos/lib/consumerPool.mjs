@@ -54,6 +54,7 @@ export class ChildWorker {
    * @param {number} options.generation
    * @param {import('./consumerChild.mjs').ChildConfig} options.config
    * @param {string} options.logFile
+   * @param {string} [options.execPath] the Node binary to start it with (default: the runner's)
    * @param {(worker: ChildWorker, report: WorkerReport) => void} options.onReport
    * @param {(worker: ChildWorker, code: number | null, signal: NodeJS.Signals | null) => void} options.onExit
    */
@@ -66,7 +67,7 @@ export class ChildWorker {
 
   start() {
     const fd = openSync(this.options.logFile, 'a');
-    const child = spawn(process.execPath, [CHILD_SCRIPT], {
+    const child = spawn(this.options.execPath ?? process.execPath, [CHILD_SCRIPT], {
       cwd: process.cwd(),
       env: { ...process.env, ONCELY_CHAOS_CHILD: JSON.stringify(this.options.config) },
       stdio: ['ignore', fd, fd, 'ipc'],

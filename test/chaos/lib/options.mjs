@@ -2,6 +2,7 @@
  * Options of one chaos run, their defaults and their validation. Shared by the CLI
  * (run.mjs) and the vitest file (chaos.test.ts).
  */
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
@@ -48,6 +49,8 @@ export class ChaosUsageError extends Error {
  * @property {number} dbCutMs how long the database stays cut
  * @property {boolean} brokerDrop drop the consumers' broker connections twice mid-run
  * @property {boolean} brokerRestart restart the broker mid-run where it is ours (Kafka, fauxqs)
+ * @property {'kafkajs' | 'platformatic'} kafkaClient the Kafka consumers' `broker.client` (Kafka only)
+ * @property {string | undefined} childNode the Node binary of the consumer child processes (default: the runner's)
  * @property {'postgres' | 'mysql'} store the store: `@oncely/postgres` (default) or `@oncely/mysql` (MYSQL_URL)
  * @property {boolean} pgRestart `pg_ctlcluster 15 main restart` mid-run (or the cluster ONCELY_PG_CLUSTER names)
  * @property {string | undefined} defect a deliberately broken consumer
@@ -75,6 +78,8 @@ export function defaultOptions() {
     brokerRestart: true,
     pgRestart: false,
     store: 'postgres',
+    kafkaClient: 'kafkajs',
+    childNode: process.env.ONCELY_CHAOS_CHILD_NODE || undefined,
     defect: undefined,
     timeoutMs: 0,
     logDir: undefined,
@@ -104,6 +109,12 @@ export function resolveOptions(input) {
   }
   if (options.pgRestart && options.store === 'mysql') {
     throw new ChaosUsageError('--pg-restart restarts PostgreSQL; it has no meaning with --store mysql');
+  }
+  if (options.kafkaClient !== 'kafkajs' && options.kafkaClient !== 'platformatic') {
+    throw new ChaosUsageError(`--kafka-client must be kafkajs or platformatic, got '${options.kafkaClient}'`);
+  }
+  if (options.broker === 'kafka' && options.kafkaClient === 'platformatic') {
+    checkPlatformaticNode(options.childNode ?? process.execPath);
   }
   rate(options.ackLoss, 'ack-loss');
   rate(options.stallRate, 'stall');
@@ -140,6 +151,26 @@ export function checkBroker(broker) {
       '--broker kafka: packages/kafka/dist does not exist; build the adapter first (npx tsc -b packages/kafka)',
     );
   }
+}
+
+/**
+ * @platformatic/kafka runs on Node >= 22.22 (the adapter refuses older ones with a
+ * ConfigError): the consumer processes must be started with such a Node. Refused here,
+ * before anything starts, instead of every consumer failing its start.
+ *
+ * @param {string} node the binary the consumer processes are started with
+ */
+export function checkPlatformaticNode(node) {
+  const probe = spawnSync(node, ['-p', 'process.versions.node'], { encoding: 'utf8' });
+  const version = probe.status === 0 ? probe.stdout.trim() : undefined;
+  const [major = 0, minor = 0] = (version ?? '0.0').split('.').map(Number);
+  if (major > 22 || (major === 22 && minor >= 22)) return;
+  throw new ChaosUsageError(
+    `--kafka-client platformatic: @platformatic/kafka needs Node >= 22.22, and the consumer processes would run on ` +
+      `${version === undefined ? `'${node}', which did not answer` : `Node ${version} (${node})`}. Run the harness on ` +
+      `Node 22 (npx -y -p node@22 -c 'node test/chaos/run.mjs ...') or give a Node 22 binary with --child-node ` +
+      '(or ONCELY_CHAOS_CHILD_NODE)',
+  );
 }
 
 /** True when the Kafka adapter has been built. */

@@ -6,7 +6,7 @@ const COLUMNS = /** @type {const} */ ([
   [
     'broker',
     (/** @type {import('./runChaos.mjs').ChaosResult} */ r) =>
-      r.defect ? `${r.broker} (defect: ${r.defect})` : r.broker,
+      `${r.broker}${r.client === 'platformatic' ? ' (platformatic)' : ''}${r.defect ? ` (defect: ${r.defect})` : ''}`,
   ],
   ['messages', (r) => count(r.messages)],
   ['published', (r) => count(r.published)],
@@ -42,7 +42,7 @@ export function formatTable(results) {
  */
 export function formatDetails(r) {
   const lines = [
-    `${r.broker}${r.defect ? ` (defect: ${r.defect})` : ''}: ${r.ok ? 'OK' : 'FAILED'} in ${(r.durationMs / 1000).toFixed(1)} s`,
+    `${r.broker}${r.client === 'platformatic' ? ' on @platformatic/kafka' : ''}${r.defect ? ` (defect: ${r.defect})` : ''}: ${r.ok ? 'OK' : 'FAILED'} in ${(r.durationMs / 1000).toFixed(1)} s`,
     `  command:        ${r.command}`,
     `  orders:         ${count(r.messages)} (published ${count(r.published)}: ${count(r.producerDuplicates)} producer duplicates, ${r.poison} poison)`,
     `  database:       ${count(r.paymentRows)} payment rows, ${count(r.markers)} processed markers`,

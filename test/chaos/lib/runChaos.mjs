@@ -50,6 +50,7 @@ const RESERVE_MIN_ARMINGS = 12;
 /**
  * @typedef {object} ChaosResult
  * @property {string} broker
+ * @property {'kafkajs' | 'platformatic' | undefined} client the Kafka consumers' client library (Kafka only)
  * @property {string | undefined} defect
  * @property {number} messages distinct orders
  * @property {number} published every publish, producer duplicates and poison included
@@ -159,7 +160,13 @@ export async function runChaos(input) {
     // ---- the broker ----
     const partitions = Math.min(16, options.consumers * options.concurrency);
     say(`[${options.broker}] setting up (run ${runId}, schema ${schema}, logs ${logDir})`);
-    const backend = await createBackend(options.broker, { runId, rabbitUrl, consumerName, partitions });
+    const backend = await createBackend(options.broker, {
+      runId,
+      rabbitUrl,
+      consumerName,
+      partitions,
+      kafkaClient: options.kafkaClient,
+    });
     cleanups.push(() => backend.teardown());
 
     // ---- consumers ----
@@ -258,6 +265,7 @@ export async function runChaos(input) {
           maxLifetimeMs: options.timeoutMs + 300_000,
         },
         logFile: logFileFor(logDir, label),
+        execPath: options.childNode,
         onReport,
         onExit: (worker, code, signal) => {
           if (worker.expectedExit || pool.stopping) return;
@@ -612,6 +620,7 @@ export async function runChaos(input) {
     /** @type {ChaosResult} */
     const result = {
       broker: options.broker,
+      client: options.broker === 'kafka' ? options.kafkaClient : undefined,
       defect: options.defect,
       messages: N,
       published: publishes.length,
@@ -672,7 +681,7 @@ function pgCluster() {
 
 /**
  * @param {string} broker
- * @param {{ runId: string, rabbitUrl: string, consumerName: string, partitions: number }} context
+ * @param {{ runId: string, rabbitUrl: string, consumerName: string, partitions: number, kafkaClient: 'kafkajs' | 'platformatic' }} context
  * @returns {Promise<import('./backends/types.mjs').Backend>}
  */
 async function createBackend(broker, context) {
@@ -738,6 +747,9 @@ function commandLine(options) {
     `--concurrency ${options.concurrency}`,
     `--seed ${options.seed}`,
   ];
+  if (options.broker === 'kafka' && options.kafkaClient !== 'kafkajs') {
+    parts.push(`--kafka-client ${options.kafkaClient}`);
+  }
   if (options.defect) parts.push(`--defect ${options.defect}`);
   if (!options.dbCut) parts.push('--no-db-cut');
   if (!options.brokerDrop) parts.push('--no-broker-drop');

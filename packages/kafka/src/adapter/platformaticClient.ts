@@ -20,9 +20,8 @@
  *   they do when kafkajs stops heartbeating) and joins again once its batches ended.
  */
 import {
-  Admin,
   ConfigResourceTypes,
-  Consumer,
+  type Consumer,
   ListOffsetTimestamps,
   type Message,
   type MessagesStream,
@@ -39,6 +38,7 @@ import {
   type KafkaRecord,
   kafkaTypedError,
 } from './clientApi.js';
+import { newAdmin, newConsumer } from './platformaticFactories.js';
 import { baseOptions, kafkaErrorName, toKafkaRecord, typed } from './platformaticOptions.js';
 import { ownPlatformaticProducer } from './platformaticProducer.js';
 import { platformaticScanTopic } from './platformaticScan.js';
@@ -115,7 +115,7 @@ class PlatformaticGroupConsumer implements GroupConsumer {
   async run(handlers: GroupConsumerHandlers): Promise<void> {
     const { config } = this.context;
     this.handlers = handlers;
-    const consumer = new Consumer({
+    const consumer = newConsumer(config, {
       ...baseOptions(config, config.clientId),
       groupId: config.groupId,
       sessionTimeout: config.sessionTimeout,
@@ -430,7 +430,7 @@ class PlatformaticGroupConsumer implements GroupConsumer {
 }
 
 function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
-  const admin = new Admin(baseOptions(config, `${config.clientId}-admin`));
+  const admin = newAdmin(config, baseOptions(config, `${config.clientId}-admin`));
   const partitionCount = async (topic: string, forceUpdate = false) => {
     const metadata = await admin.metadata({ topics: [topic], forceUpdate });
     return metadata.topics.get(topic);

@@ -4,7 +4,7 @@
  * Records cross in kafkajs' shape (`OutgoingRecord`) and are written as kafkajs writes
  * them: acks from every in-sync replica, a key's partition by Java's murmur2.
  */
-import { compatibilityPartitioner, Producer } from '@platformatic/kafka';
+import { compatibilityPartitioner, type Producer } from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
 import {
   kafkaTypedError,
@@ -14,6 +14,7 @@ import {
   type RecordProducerOptions,
   type SentRecord,
 } from './clientApi.js';
+import { newProducer } from './platformaticFactories.js';
 import { baseOptions, typed } from './platformaticOptions.js';
 
 /** What a record becomes for @platformatic/kafka. */
@@ -34,7 +35,7 @@ export function ownPlatformaticProducer(
   options: RecordProducerOptions = {},
 ): RecordProducer {
   // Idempotent: a retried send after a lost acknowledgement does not write the record twice.
-  const producer = new Producer({
+  const producer = newProducer(config, {
     ...baseOptions(config, `${config.clientId}-producer`),
     autocreateTopics: options.allowAutoTopicCreation ?? false,
     idempotent: true,

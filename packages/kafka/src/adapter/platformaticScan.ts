@@ -1,6 +1,6 @@
-import { Consumer } from '@platformatic/kafka';
 import type { ResolvedKafkaConfig } from '../config.js';
 import { scanTimeout, type TopicScan } from './clientApi.js';
+import { newConsumer } from './platformaticFactories.js';
 import { baseOptions, toKafkaRecord, typed } from './platformaticOptions.js';
 
 /**
@@ -10,7 +10,7 @@ import { baseOptions, toKafkaRecord, typed } from './platformaticOptions.js';
 export async function platformaticScanTopic(config: ResolvedKafkaConfig, scan: TopicScan): Promise<void> {
   const ends = new Map(scan.ends);
   if (ends.size === 0) return;
-  const consumer = new Consumer({
+  const consumer = newConsumer(config, {
     ...baseOptions(config, `${config.clientId}-scan`),
     groupId: scan.groupId,
     autocommit: false,

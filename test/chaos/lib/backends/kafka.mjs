@@ -81,13 +81,18 @@ export class ChaosKafkaBroker {
   }
 }
 
-/** Ports base..base+2 all free, from 19120 upwards (the shared broker uses 19092-19095, kafka's tests 19100-19103). */
+/**
+ * Ports base..base+2 all free, from 19120 upwards (the shared broker uses 19092-19095,
+ * kafka's tests 19100-19103), or from ONCELY_CHAOS_KAFKA_PORT_BASE (a run beside another
+ * checkout's test command keeps to ports of its own).
+ */
 export async function freeKafkaBase() {
-  for (let base = 19120; base < 19400; base += 10) {
+  const first = Number(process.env.ONCELY_CHAOS_KAFKA_PORT_BASE || 19120);
+  for (let base = first; base < first + 280; base += 10) {
     const free = await Promise.all([0, 1, 2].map((i) => portFree(base + i)));
     if (free.every(Boolean)) return base;
   }
-  throw new Error('no free ports for a Kafka broker between 19120 and 19400');
+  throw new Error(`no free ports for a Kafka broker between ${first} and ${first + 280}`);
 }
 
 /** @param {number} port */
@@ -102,10 +107,14 @@ function portFree(port) {
 /**
  * Starts the run's broker and provisions its topic.
  *
- * @param {{ runId: string, consumerName: string, partitions: number }} input
+ * The consumers run on `kafkaClient` (`broker.client`); the runner's own producer, admin
+ * and dead-letter reader stay on kafkajs whatever the consumers use, so what is checked is
+ * not read through the client under test.
+ *
+ * @param {{ runId: string, consumerName: string, partitions: number, kafkaClient?: 'kafkajs' | 'platformatic' }} input
  * @returns {Promise<import('./types.mjs').Backend>}
  */
-export async function kafkaBackend({ runId, consumerName, partitions }) {
+export async function kafkaBackend({ runId, consumerName, partitions, kafkaClient = 'kafkajs' }) {
   const sessionTimeout = 6000;
   const base = await freeKafkaBase();
   // The proxy listens before the broker starts: its port is what the PROXIED listener advertises.
@@ -137,7 +146,7 @@ export async function kafkaBackend({ runId, consumerName, partitions }) {
     stallMs: Math.round(((sessionTimeout * 2) / 3) * 1.5),
     leaseLossSlot: false,
     notes: {
-      consumers: `child processes in one group; topic of ${partitions} partitions on a broker of the run's own`,
+      consumers: `child processes in one group on ${kafkaClient === 'platformatic' ? '@platformatic/kafka' : 'kafkajs'}; topic of ${partitions} partitions on a broker of the run's own`,
       ackLoss: 'the ack is dropped: the record stays unsettled, its partition holds and it is fetched again',
       stall: 'longer than the lease (2/3 of the session timeout): heartbeats keep the member',
       brokerDrop: 'every consumer connection cut (TCP proxy in front of the PROXIED listener)',
@@ -146,6 +155,7 @@ export async function kafkaBackend({ runId, consumerName, partitions }) {
     async consumerBroker() {
       return {
         type: 'kafka',
+        client: kafkaClient,
         brokers: [`127.0.0.1:${proxyPort}`],
         topic,
         groupId: consumerName,
