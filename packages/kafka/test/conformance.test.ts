@@ -140,37 +140,29 @@ if (brokers) {
             topics.push(topic, `${topic}.dlq`);
             await createTopic(admin, topic, 1);
             const handled: string[] = [];
+            const broker = {
+              type: 'kafka' as const,
+              brokers: [`127.0.0.1:${proxy!.port}`],
+              topic,
+              groupId,
+              fromBeginning: true,
+              maxWaitTimeInMs: 200,
+              sessionTimeout: 6000,
+              heartbeatInterval: 500,
+              // A request on a connection closed under the start (late mode) is given up
+              // after this, not kafkajs' 30 s: each late step took 30 s with the default.
+              requestTimeout: 5000,
+            };
             const consumer = new Consumer(
               {
                 name: groupId,
-                broker: {
-                  type: 'kafka',
-                  brokers: [`127.0.0.1:${proxy!.port}`],
-                  topic,
-                  groupId,
-                  fromBeginning: true,
-                  maxWaitTimeInMs: 200,
-                  sessionTimeout: 6000,
-                  heartbeatInterval: 500,
-                },
+                broker,
                 store: testStore.store,
                 handler: async (message) => void handled.push(message.id),
                 logger: silentLogger,
                 stopTimeoutMs: late ? 200 : 60_000,
               },
-              new KafkaAdapter(
-                {
-                  type: 'kafka',
-                  brokers: [`127.0.0.1:${proxy!.port}`],
-                  topic,
-                  groupId,
-                  fromBeginning: true,
-                  maxWaitTimeInMs: 200,
-                  sessionTimeout: 6000,
-                  heartbeatInterval: 500,
-                },
-                { consumerName: groupId, log: silentLogger },
-              ),
+              new KafkaAdapter(broker, { consumerName: groupId, log: silentLogger }),
             );
             proxy!.hold({ letThrough });
             const starting = consumer.start().then(
