@@ -129,7 +129,9 @@ export function kafkaHarness(options: { brokers: string[]; proxy?: TcpProxy }): 
           ? {
               // The shared proxy, whose port the broker advertises: every connection of a
               // consumer passes it (its bootstrap and the broker connections after it).
-              holdConnections: async () => holdOn(proxy),
+              // requestTimeout: a request on a connection closed under a late start (part 2)
+              // is given up after 5 s, not kafkajs' 30 s.
+              holdConnections: async () => holdOn(proxy, { requestTimeout: 5000 }),
               async disconnect() {
                 // A cut that finds no connection would test nothing.
                 if (proxy.disconnect() === 0)
