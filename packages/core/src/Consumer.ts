@@ -156,6 +156,17 @@ export class Consumer<TBody = unknown, Tx = SqlClient> {
    * more has passed; only then is the adapter closed, so the store may be closed once
    * this resolves. A delivery still unsettled at the end of the grace is logged with its
    * message ID and counted as `ackFailed`: the broker hands it out again after its lease.
+   *
+   * Called while the adapter is still starting (connecting, joining its group), `stop()`
+   * first waits for that start to end, within `stopTimeoutMs`, then stops and closes what
+   * it started: nothing is received after `stop()` resolves. A start still running at
+   * that deadline is closed under it, and closed again once it ends.
+   *
+   * @example
+   * ```ts
+   * process.once('SIGTERM', () => void consumer.stop()); // also during start(): waits for the adapter's connect
+   * await consumer.start();
+   * ```
    */
   stop(): Promise<void> {
     return this.lifecycle.stop();

@@ -93,7 +93,8 @@ export class KafkaAdapter implements BrokerAdapter {
    */
   private heartbeatSentAt = 0;
   private stopRequested = false;
-  private closed = false;
+  /** The last close(): a later one runs after it. */
+  private closing: Promise<void> | undefined;
   private readonly activeBatches = new Set<Promise<void>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   /** Highest offset dispatched per partition by this member, across generations. */
@@ -155,9 +156,19 @@ export class KafkaAdapter implements BrokerAdapter {
    * every running batch, cannot hang. Its record is not committed and goes to the next
    * owner, where the processed marker (or the stored offset) absorbs a late commit.
    */
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+  close(): Promise<void> {
+    // A second close (the core's, after a start that ended past stop()'s deadline) runs
+    // after the first and disconnects what that start connected since: a consumer left
+    // in the group would hold its partitions.
+    const previous = this.closing;
+    this.closing = (async () => {
+      await previous?.catch(() => {});
+      await this.closeClients();
+    })();
+    return this.closing;
+  }
+
+  private async closeClients(): Promise<void> {
     if (!this.stopRequested) await this.stop();
     const { closeTimeoutMs } = this.config;
     await waitAtMost(Promise.allSettled([...this.activeBatches]), closeTimeoutMs);

@@ -7,6 +7,7 @@ import {
   type AdapterFeatures,
   type AdapterHarness,
   type HarnessSetup,
+  heldProxy,
   postgresStores,
 } from '@oncely/testkit';
 import { adminClient, DATABASE_URL, PROJECT, startEmulator } from './support.js';
@@ -42,6 +43,7 @@ export function features(exactlyOnce: boolean): AdapterFeatures {
     // Only exactly-once subscriptions reject a stale ack ID; others accept it silently.
     staleAckDetectable: exactlyOnce,
     crossProcess: true,
+    connectHold: true,
   };
 }
 
@@ -109,6 +111,20 @@ export async function createHarness(exactlyOnce: boolean): Promise<AdapterHarnes
         },
         async disconnect() {
           emulator.disconnectStreams(subscription.name);
+        },
+        holdConnections() {
+          const [, host = '127.0.0.1', port] = /^(.*):(\d+)$/.exec(emulator.address) ?? [];
+          return heldProxy(
+            { host, port: Number(port) },
+            (proxyPort) => ({ apiEndpoint: `${host}:${proxyPort}` }),
+            {
+              // Seen on this branch: a consumer started and stopped the ordinary way (no
+              // stop during start) still has one connection open to the emulator 25 s
+              // after stop() resolved, its PubSub client closed. Left for its own fix.
+              connectionsOutliveClose:
+                'the adapter leaves one gRPC connection open after an ordinary start and stop (open issue)',
+            },
+          );
         },
         async restart() {
           await emulator.restart();

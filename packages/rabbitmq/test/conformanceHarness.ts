@@ -7,6 +7,7 @@ import {
   type AdapterHarness,
   dialectStores,
   type HarnessSetup,
+  heldProxy,
   mysqlDialect,
   postgresStores,
   requireService,
@@ -62,6 +63,7 @@ export const FEATURES: AdapterFeatures = {
   brokerDedup: false,
   staleAckDetectable: true,
   crossProcess: true,
+  connectHold: true,
 };
 
 /**
@@ -179,6 +181,13 @@ export function rabbitHarness(
         },
         async disconnect() {
           await closeConnectionsServerSide(connectionName);
+        },
+        holdConnections() {
+          const url = new URL(RABBITMQ_URL);
+          return heldProxy({ host: url.hostname, port: Number(url.port || 5672) }, (port) => {
+            url.port = String(port);
+            return { url: url.toString() };
+          });
         },
         async teardown() {
           // By name, over AMQP (deleting a queue that does not exist is not an error there):

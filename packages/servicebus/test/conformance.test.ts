@@ -7,6 +7,7 @@ import {
   type AdapterFeatures,
   type AdapterHarness,
   type HarnessSetup,
+  heldProxy,
   postgresStores,
   runAdapterConformance,
 } from '@oncely/testkit';
@@ -47,6 +48,7 @@ const FEATURES: AdapterFeatures = {
   brokerDedup: true,
   staleAckDetectable: true,
   crossProcess: true,
+  connectHold: true,
 };
 
 const ID_PROPERTY = 'message-id';
@@ -124,6 +126,14 @@ async function createHarness(): Promise<AdapterHarness> {
         },
         async disconnect() {
           emulator.disconnect();
+        },
+        holdConnections() {
+          const endpoint = /Endpoint=sb:\/\/([^:;/]+):(\d+)/.exec(emulator.connectionString);
+          if (!endpoint) throw new Error(`no host:port in ${emulator.connectionString}`);
+          const [whole, host, port] = endpoint as unknown as [string, string, string];
+          return heldProxy({ host, port: Number(port) }, (proxyPort) => ({
+            connectionString: emulator.connectionString.replace(whole, `Endpoint=sb://${host}:${proxyPort}`),
+          }));
         },
         async restart() {
           await emulator.restart({ downMs: 200 });

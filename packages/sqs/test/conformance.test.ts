@@ -15,6 +15,7 @@ import {
   type AdapterFeatures,
   type AdapterHarness,
   type HarnessSetup,
+  heldProxy,
   postgresStores,
   runAdapterConformance,
   TcpProxy,
@@ -65,6 +66,7 @@ const FEATURES: AdapterFeatures = {
   brokerDedup: false,
   staleAckDetectable: false,
   crossProcess: true,
+  connectHold: true,
 };
 
 /** An SQS implementation to run the suite on. */
@@ -243,6 +245,8 @@ async function createHarness(createBackend: () => Promise<Backend>): Promise<Ada
           await proxy.cut();
           await proxy.resume();
         },
+        holdConnections: () =>
+          heldProxy(backend.target, (port) => ({ endpoint: `http://127.0.0.1:${port}` })),
         async teardown() {
           for (const url of [queueUrl, dlqUrl]) {
             await client.send(new DeleteQueueCommand({ QueueUrl: url })).catch(() => {});

@@ -36,6 +36,12 @@ export class TcpProxy {
   private closed = false;
   /** Set by `stall()`: bytes are swallowed, nothing is closed (a silent network partition). */
   private stalled = false;
+  /** Set by `hold()`: new connections wait here, their bytes kept, until `release()`. */
+  private holding = false;
+  /** Connections `hold()` still lets through before it holds the next ones. */
+  private letThrough = 0;
+  /** Connections accepted while held: the client, and what it sent so far. */
+  private readonly held = new Map<Socket, Buffer[]>();
 
   constructor(
     private readonly target: TcpProxyTarget,
@@ -54,9 +60,43 @@ export class TcpProxy {
     return this.server !== undefined;
   }
 
-  /** Connections currently forwarded (each counts its client and server side once). */
+  /**
+   * Connections currently open: forwarded ones (each counts its client and server side
+   * once) and held ones.
+   */
   get connectionCount(): number {
-    return this.sockets.size / 2;
+    return this.sockets.size / 2 + this.held.size;
+  }
+
+  /**
+   * A slow network at connect: connections made from now on are accepted, but nothing
+   * reaches the target (and no answer comes) until `release()`; what the client sends
+   * meanwhile is kept and forwarded then, in order. A client sees a connect that does not
+   * answer yet, neither an error nor a close. Open connections are not affected.
+   * `letThrough`: forward that many new connections first, and hold the ones after them
+   * (a client's later connection: Kafka's producer or group coordinator after its admin).
+   */
+  hold(options: { letThrough?: number } = {}): void {
+    this.holding = true;
+    this.letThrough = options.letThrough ?? 0;
+  }
+
+  /** Connections `hold()` is holding now. */
+  get heldConnections(): number {
+    return this.held.size;
+  }
+
+  /** Ends `hold()`: every held connection is forwarded now, with what it sent. */
+  release(): void {
+    this.holding = false;
+    for (const [client, chunks] of [...this.held]) {
+      this.held.delete(client);
+      client.removeAllListeners('data');
+      client.removeAllListeners('close');
+      client.removeAllListeners('error');
+      if (client.destroyed) continue;
+      this.connect(client, chunks);
+    }
   }
 
   /**
@@ -89,6 +129,8 @@ export class TcpProxy {
     this.server = undefined;
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
+    for (const client of this.held.keys()) client.destroy();
+    this.held.clear();
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 
@@ -97,7 +139,7 @@ export class TcpProxy {
    * clients reconnect at once. Returns how many connections were cut.
    */
   disconnect(): number {
-    const count = this.connectionCount;
+    const count = this.sockets.size / 2;
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
     return count;
@@ -142,6 +184,20 @@ export class TcpProxy {
       client.destroy();
       return;
     }
+    if (this.holding && this.letThrough > 0) this.letThrough--;
+    else if (this.holding) {
+      const chunks: Buffer[] = [];
+      this.held.set(client, chunks);
+      client.on('data', (chunk: Buffer) => chunks.push(chunk));
+      client.on('error', () => client.destroy());
+      client.on('close', () => this.held.delete(client));
+      return;
+    }
+    this.connect(client, []);
+  }
+
+  /** Forwards `client` to the target, after the bytes it already sent (`pending`). */
+  private connect(client: Socket, pending: Buffer[]): void {
     const upstream = createConnection({ host: this.target.host, port: this.target.port });
     for (const [socket, peer] of [
       [client, upstream],
@@ -157,6 +213,7 @@ export class TcpProxy {
         peer.destroy();
       });
     }
+    for (const chunk of pending) upstream.write(chunk);
     // Not pipe(): stall() must be able to drop bytes without closing either side.
     client.on('data', (chunk) => {
       if (!this.stalled) upstream.write(chunk);

@@ -20,7 +20,7 @@ export interface AdapterConformanceOptions {
   /** Title of the `describe` block. @default 'adapter conformance' */
   name?: string;
   /**
-   * Run only these scenario numbers (1–19), for debugging an adapter. The others are
+   * Run only these scenario numbers (1–20), for debugging an adapter. The others are
    * registered as skipped (`[skipped: not in only]`), never dropped. @default all
    */
   only?: readonly number[];
@@ -79,8 +79,8 @@ export interface MustFailOutcome {
 
 /**
  * Registers the adapter conformance suite (shared/CONFORMANCE.md scenarios 1–15, plus 16
- * and 17 on counting attempts, 18 on what a long run retains and 19 on what stop()
- * settles before it resolves) as vitest tests. Every adapter runs it against its real broker or emulator; each scenario
+ * and 17 on counting attempts, 18 on what a long run retains, 19 on what stop()
+ * settles before it resolves and 20 on a stop() while the adapter is starting) as vitest tests. Every adapter runs it against its real broker or emulator; each scenario
  * builds its consumers with `new Consumer(config, adapter)` around the harness's
  * adapter wrapped in a {@link FaultInjector}, writes every effect as a row of a real
  * PostgreSQL table through `ctx.tx`, and checks by counting rows. A scenario whose

@@ -3,6 +3,7 @@
 export type { AdapterConformanceOptions, MustFailOutcome, Symptom } from './adapterConformance.js';
 export { runAdapterConformance } from './adapterConformance.js';
 export type { ChildPlan, ChildReport, CrashPoint } from './childProtocol.js';
+export { heldProxy, holdOn } from './connectHold.js';
 export type { CrashingChild } from './crashingChild.js';
 export { startCrashingChild } from './crashingChild.js';
 export type { DialectStoresOptions } from './dialectStores.js';
@@ -28,6 +29,7 @@ export type {
   ChildModuleFactory,
   ChildModuleInput,
   ChildModuleResources,
+  ConnectHold,
   HarnessSetup,
   PublishedMessage,
   SetupOptions,

@@ -27,6 +27,12 @@ export class Lifecycle {
   readonly takeBacks = new Set<Promise<void>>();
   private readonly waiters: Array<() => void> = [];
   private stopPromise: Promise<void> | undefined;
+  /**
+   * The adapter's start(), settled either way (never rejecting; true once it started):
+   * stop() waits for it before it stops the adapter. Undefined until adapter.start() is
+   * called, so an adapter never started is only closed.
+   */
+  private adapterStarting: Promise<boolean> | undefined;
   /** Unregisters the dead-letter gauges (stop() does it first); a no-op until they are registered. */
   private unobserveDeadLetters: () => void = () => {};
 
@@ -49,7 +55,13 @@ export class Lifecycle {
       // resolved). Starting it now would fetch after stop() returned, on a closed adapter
       // (and a store the consumer built is closed with it): resolve without starting.
       if (this.stopping.signal.aborted) return;
-      await adapter.start(runtime).catch((error: unknown) => {
+      // An async wrapper: an adapter whose start() throws synchronously is a rejection too.
+      const starting = (async () => adapter.start(runtime))();
+      this.adapterStarting = starting.then(
+        () => true,
+        () => false,
+      );
+      await starting.catch((error: unknown) => {
         // The client's own error (ECONNREFUSED, ENOTFOUND...) says neither broker nor address.
         throw isOncelyError(error)
           ? error
@@ -86,9 +98,33 @@ export class Lifecycle {
     this.unobserveDeadLetters();
     this.stopping.abort();
     this.wakeWaiters();
-    await adapter.stop().catch((error) => log.warn('adapter stop failed', { error }));
+    const deadline = Date.now() + settings.stopTimeoutMs;
+    const starting = this.adapterStarting;
+    if (!starting) {
+      // stop() overtook start() during the store check: the adapter was never started,
+      // so there is nothing to stop; its close still frees what its constructor built.
+      await adapter.close().catch((error) => log.warn('adapter close failed', { error }));
+      this.state = 'stopped';
+      return;
+    }
+    // The adapter may still be starting (connecting, declaring, joining its group):
+    // stopping and closing it under its start left what the start then built (a
+    // consumer, a subscription, a socket) running after stop() resolved. Wait for it,
+    // within the stop deadline, and stop what it started.
+    const started = await outcomeWithin(starting, settings.stopTimeoutMs);
+    if (started === undefined) {
+      // Bounded like the rest of stop(): the adapter is stopped and closed under its start
+      // now, and once more when that start ends (below), so what it built then does not
+      // stay open.
+      log.warn(
+        "the adapter's start was still running at the stop deadline: it is closed now, and again once its start ends",
+        { stopTimeoutMs: settings.stopTimeoutMs },
+      );
+    }
+    // A start that failed has nothing to stop (start() rejects; the close is ours).
+    if (started !== false) await adapter.stop().catch((error) => log.warn('adapter stop failed', { error }));
     this.p.batcher?.drain();
-    if (!(await this.drained(settings.stopTimeoutMs))) {
+    if (!(await this.drained(Math.max(0, deadline - Date.now())))) {
       log.warn('stop deadline passed with handlers in flight: aborting their signals', {
         inFlight: this.inFlight,
       });
@@ -106,7 +142,24 @@ export class Lifecycle {
       Math.max(0, graceEnds - Date.now()),
     );
     await adapter.close().catch((error) => log.warn('adapter close failed', { error }));
+    if (started === undefined) {
+      // Ended meanwhile: closed again before stop() resolves; else whenever it ends.
+      const late = await outcomeWithin(starting, 0);
+      if (late !== undefined) await this.closeLateStart(late);
+      else void starting.then((ended) => this.closeLateStart(ended));
+    }
     this.state = 'stopped';
+  }
+
+  /**
+   * An adapter start that ended after stop() had stopped waiting for it and closed the
+   * adapter: stop (when it started) and close it again, which ends what the start built
+   * after the first close. Never rejects.
+   */
+  private async closeLateStart(started: boolean): Promise<void> {
+    const { adapter, log } = this.p;
+    if (started) await adapter.stop().catch((error) => log.warn('adapter stop failed', { error }));
+    await adapter.close().catch((error) => log.warn('adapter close failed', { error }));
   }
 
   /**
@@ -187,5 +240,18 @@ export class Lifecycle {
     // Runs after every delivery: no copy of an empty list.
     if (this.waiters.length === 0) return;
     for (const wake of this.waiters.splice(0)) wake();
+  }
+}
+
+/** What `outcome` settles with, or undefined when it has not within `ms`. */
+async function outcomeWithin<T>(outcome: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([outcome, timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }

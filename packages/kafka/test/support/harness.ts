@@ -10,6 +10,7 @@ import {
   type AdapterFeatures,
   type AdapterHarness,
   type HarnessSetup,
+  holdOn,
   postgresStores,
   type TcpProxy,
 } from '@oncely/testkit';
@@ -35,6 +36,8 @@ export function kafkaFeatures(proxy: boolean): AdapterFeatures {
     brokerDedup: false,
     staleAckDetectable: true,
     crossProcess: true,
+    // Scenario 20 holds the proxy the consumers bootstrap through.
+    connectHold: proxy,
   };
 }
 
@@ -124,6 +127,11 @@ export function kafkaHarness(options: { brokers: string[]; proxy?: TcpProxy }): 
         backlog: () => groupLag(admin, groupId, topic),
         ...(proxy
           ? {
+              // The shared proxy, whose port the broker advertises: every connection of a
+              // consumer passes it (its bootstrap and the broker connections after it).
+              // requestTimeout: a request on a connection closed under a late start (part 2)
+              // is given up after 5 s, not kafkajs' 30 s.
+              holdConnections: async () => holdOn(proxy, { requestTimeout: 5000 }),
               async disconnect() {
                 // A cut that finds no connection would test nothing.
                 if (proxy.disconnect() === 0)

@@ -12,7 +12,7 @@ import { ordering } from './ordering.js';
 import { serverDisconnect, storeOutage } from './outages.js';
 import { noRetention } from './retention.js';
 import type { Scenario } from './scenario.js';
-import { gracefulStop, stopSettles } from './stopping.js';
+import { gracefulStop, stopDuringStart, stopSettles } from './stopping.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   happyPath,
@@ -34,4 +34,5 @@ export const SCENARIOS: readonly Scenario[] = [
   crashLoop,
   noRetention,
   stopSettles,
+  stopDuringStart,
 ];

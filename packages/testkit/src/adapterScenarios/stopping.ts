@@ -1,12 +1,15 @@
 /**
- * Scenarios 12 and 19: stop(). A graceful stop with work in flight, and what stop()
- * settles before it resolves, even when the release path is slow.
+ * Scenarios 12, 19 and 20: stop(). A graceful stop with work in flight, what stop()
+ * settles before it resolves, even when the release path is slow, and a stop() while the
+ * adapter is still starting.
  */
 import type { Handler, IdempotencyStore, SqlClient } from '@oncely/core';
 import { expect } from 'vitest';
+import { HarnessIncompleteError } from '../errors.js';
+import type { ConnectHold } from '../harness.js';
 import { effectsWait, sleep } from '../ScenarioRun.js';
 import { waitFor } from '../spies.js';
-import { aborted, expectOneEffectEach, ids, recordEffect, type Scenario, within } from './scenario.js';
+import { aborted, expectOneEffectEach, ids, needs, recordEffect, type Scenario, within } from './scenario.js';
 
 export const gracefulStop: Scenario = {
   n: 12,
@@ -195,3 +198,111 @@ function slowRollbacks(store: IdempotencyStore<SqlClient>, delayMs: number): Ide
     },
   });
 }
+
+export const stopDuringStart: Scenario = {
+  n: 20,
+  slug: 'stop-during-start',
+  title: "stop() while the adapter's start is still connecting",
+  // Catches a stop() that stops and closes the adapter under its own start (connecting,
+  // declaring, joining a group), which then finishes after stop() resolved: a consumer,
+  // subscription or socket left running (connections of the stopped consumer stay open;
+  // on Kafka its member keeps partitions, so the next consumer never gets the message),
+  // a start() that rejects for a stop at boot, or an unhandled rejection. Part two: a
+  // start that outlives stop()'s bound (stopTimeoutMs) must not hold stop(), and what it
+  // builds once it goes on must be closed too. Checked red on the core that stopped and
+  // closed the adapter at once (see the commit that added this scenario).
+  missing: (f) => needs(f, 'connectHold'),
+  setup: () => ({ leaseMs: 10_000 }),
+  timeoutMs: 240_000,
+  async body({ run, t }) {
+    const holdConnections = run.setup.holdConnections?.bind(run.setup);
+    if (!holdConnections)
+      throw new HarnessIncompleteError('setup.holdConnections', 'feature connectHold is declared');
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    run.onEnd(async () => void process.off('unhandledRejection', onUnhandled));
+    const outcome = (starting: Promise<void>) =>
+      starting.then(
+        () => 'resolved',
+        (error: unknown) => `rejected: ${error instanceof Error ? error.message : String(error)}`,
+      );
+    /** Starts `label` through a held proxy; resolves once its adapter is connecting. */
+    const startHeld = async (label: string, stopTimeoutMs: number) => {
+      const hold = await holdConnections();
+      run.onEnd(() => hold.close());
+      const consumer = run.buildConsumer({
+        label,
+        handler: recordEffect(run, label),
+        brokerOverrides: hold.brokerOverrides,
+        stopTimeoutMs,
+      });
+      const starting = outcome(consumer.start());
+      // The store answered and the adapter is connecting: its first connection waits here.
+      await waitFor(() => hold.connections > 0, {
+        timeoutMs: t(30_000),
+        description: `${label}: the adapter's first connection to reach the held proxy`,
+      });
+      return { hold, consumer, starting };
+    };
+    const closedAll = async (label: string, hold: ConnectHold) => {
+      if (hold.connectionsOutliveClose !== undefined) {
+        console.warn(
+          `[oncely conformance] scenario 20 (${label}): open connections not counted: ${hold.connectionsOutliveClose}`,
+        );
+        return;
+      }
+      await waitFor(() => hold.connections === 0, {
+        timeoutMs: t(15_000),
+        description: `${label}: connections of the stopped consumer still open after stop() resolved`,
+      });
+    };
+    const stoppedAt = new Map<string, number>();
+
+    // 1. The network answers again just after stop(): stop() waits for the start, then
+    // stops what it started; start() resolves (a stop at boot is no error).
+    const boot = await startHeld('boot', t(60_000));
+    const stopping = boot.consumer.stop();
+    boot.hold.release();
+    await within(stopping, t(90_000), 'boot: stop() to resolve');
+    stoppedAt.set('boot', run.spy.events.length);
+    expect(
+      await within(boot.starting, t(30_000), 'boot: start() to settle'),
+      'boot: start() overtaken by stop()',
+    ).toBe('resolved');
+    await closedAll('boot', boot.hold);
+
+    // 2. The network stays silent past stopTimeoutMs: stop() does not wait longer; the
+    // start goes on once the network answers, and what it opens is closed as well.
+    const late = await startHeld('late', 200);
+    await within(
+      late.consumer.stop(),
+      t(60_000),
+      'late: stop() to resolve while the adapter is still connecting',
+    );
+    stoppedAt.set('late', run.spy.events.length);
+    late.hold.release();
+    // Resolved or rejected (the adapter was closed under it): either way it settles.
+    await within(late.starting, t(60_000), 'late: start() to settle');
+    await closedAll('late', late.hold);
+
+    // A message published now goes to the next consumer, never to a stopped one.
+    const [id] = ids('after-stop', 1) as [string];
+    await run.publish([{ id, body: {} }]);
+    await run.startConsumer({ label: 'after', handler: recordEffect(run, 'after') });
+    const counts = await run.waitForEffects([id], t(30_000, effectsWait(1)));
+    expectOneEffectEach(counts, [id]);
+    expect(
+      (await run.effectRows()).map((row) => row.consumer),
+      'effects by consumer',
+    ).toEqual(['after']);
+    for (const [label, at] of stoppedAt) {
+      const events = run.spy.events.slice(at).filter((e) => e.source === label);
+      expect(
+        events.map((e) => `${e.name}(${e.event.messageId ?? '-'})`),
+        `${label}: events of the stopped consumer after stop() resolved`,
+      ).toEqual([]);
+    }
+    expect(unhandled.map(String), 'unhandled rejections').toEqual([]);
+  },
+};
