@@ -514,6 +514,51 @@ describe.skipIf(!brokers)('kafka adapter on a real broker', () => {
     );
   });
 
+  // CI run N2 (2026-12-07): diagnose() on a topic created a moment before got kafkajs'
+  // NOT_LEADER_FOR_PARTITION from ListOffsets (the partition's leader not yet known to the
+  // broker it asked) and reported "cluster did not answer". The same error comes at every
+  // leader election: retriable, and retried now. Here it is injected once, as the broker
+  // sends it, into the real admin of your own client.
+  it('diagnose() retries a retriable error of the cluster (a partition leader moving) instead of reporting it', async () => {
+    const topic = uniqueName('diagnose-not-leader');
+    await createTopic(admin, topic, 2);
+    const { KafkaJSProtocolError } = await import('kafkajs');
+    let refused = 0;
+    const flaky = new Proxy(kafka, {
+      get(target, property) {
+        if (property !== 'admin') return Reflect.get(target, property, target);
+        return (...args: Parameters<Kafka['admin']>) => {
+          const real = target.admin(...args);
+          const fetchTopicOffsets = real.fetchTopicOffsets.bind(real);
+          real.fetchTopicOffsets = async (name: string) => {
+            if (refused++ === 0) {
+              throw new KafkaJSProtocolError({
+                type: 'NOT_LEADER_FOR_PARTITION',
+                code: 6,
+                retriable: true,
+                message: 'This server is not the leader for that topic-partition',
+              } as never);
+            }
+            return fetchTopicOffsets(name);
+          };
+          return real;
+        };
+      },
+    });
+    const report = await diagnose({
+      name: uniqueName('diagnose-not-leader-consumer'),
+      broker: { type: 'kafka', kafka: flaky, topic },
+      store: db.store,
+      handler: async () => {},
+    });
+    const messages = report.findings.map((f) => `${f.level}: ${f.message}`);
+    expect(refused, 'the injected refusal was met, and the call made again').toBe(2);
+    expect(messages.filter((m) => m.startsWith('error:'))).toEqual([]);
+    expect(messages).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^ok: group '.*' lag: 0 record/)]),
+    );
+  });
+
   // Issue 11, Kafka 6: a handler that may run longer than rebalanceTimeout holds a
   // rebalance until the broker removes its member; diagnose() did not compare them.
   it('diagnose() warns when handlerTimeoutMs exceeds rebalanceTimeout', async () => {

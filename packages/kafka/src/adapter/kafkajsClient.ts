@@ -145,7 +145,7 @@ function kafkajsAdmin(admin: Admin): ClusterAdmin {
       await createTopics(admin, [{ topic, numPartitions: partitions }]);
     },
     async committedOffsets(groupId, topic) {
-      const committed = await admin.fetchOffsets({ groupId, topics: [topic] });
+      const committed = await retryingRetriable(() => admin.fetchOffsets({ groupId, topics: [topic] }));
       return new Map(committed[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]) ?? []);
     },
     async maxMessageBytes(topic) {
@@ -180,11 +180,13 @@ function kafkajsAdmin(admin: Admin): ClusterAdmin {
       return { brokers: cluster.brokers.length, controller: cluster.controller };
     },
     async partitionOffsets(topic) {
-      return (await admin.fetchTopicOffsets(topic)).map(({ partition, low, high }) => ({
-        partition,
-        low: BigInt(low),
-        high: BigInt(high),
-      }));
+      return (await retryingRetriable(() => admin.fetchTopicOffsets(topic))).map(
+        ({ partition, low, high }) => ({
+          partition,
+          low: BigInt(low),
+          high: BigInt(high),
+        }),
+      );
     },
     async groupState(groupId) {
       const group = (await admin.describeGroups([groupId])).groups[0];
@@ -197,4 +199,26 @@ function kafkajsAdmin(admin: Admin): ClusterAdmin {
     },
     disconnect: () => admin.disconnect(),
   };
+}
+
+/** Pauses between the attempts of {@link retryingRetriable}: about 3 s in all. */
+const RETRIABLE_PAUSES_MS = [100, 200, 400, 800, 1600];
+
+/**
+ * `read()`, made again after an error kafkajs marks `retriable`. kafkajs' admin does not
+ * retry a partition's NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE from ListOffsets and
+ * OffsetFetch: a topic created a moment before, or any leader election, failed diagnose()
+ * (`oncely doctor`) and the dead-letter passes with "cluster did not answer". Any other
+ * error, or the last attempt's, is thrown as it is.
+ */
+async function retryingRetriable<T>(read: () => Promise<T>): Promise<T> {
+  for (const pauseMs of RETRIABLE_PAUSES_MS) {
+    try {
+      return await read();
+    } catch (error) {
+      if ((error as { retriable?: unknown } | null)?.retriable !== true) throw error;
+      await new Promise((resolve) => setTimeout(resolve, pauseMs));
+    }
+  }
+  return read();
 }
