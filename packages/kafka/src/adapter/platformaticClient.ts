@@ -394,8 +394,12 @@ class PlatformaticGroupConsumer implements GroupConsumer {
         // Heartbeats run in the background here; a group error one of them got is the answer.
         if (this.groupError !== undefined && (generation === this.generation || this.leftForLease))
           throw this.groupError;
-        if (generation !== this.generation) return;
+        // The lease is that the handlers live, whichever generation their batch is of: this
+        // client rejoins without waiting for them, and a batch of the last generation may run
+        // on (a handler slower than the session); not counting it left the group a session
+        // after every rejoin and refused its ack.
         this.leaseAt = Date.now();
+        if (generation !== this.generation) return;
         this.handlers!.onHeartbeat();
       },
       pause: () => {
