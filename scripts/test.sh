@@ -139,9 +139,10 @@ node22=$!
 # conformance and rebalance, the same files the kafkajs runs above passed; and send(),
 # the outbox producer, findDeadLetters and diagnose on it (about 10 s together); and
 # oncely dlq on Kafka (the session's scans and re-sends on this client, about 15 s); a
-# rebalance while handlers run (rebalanceInFlight, about 20 s).
+# rebalance while handlers run (rebalanceInFlight, about 20 s); a missing topic and a gone
+# dead-letter topic (platformaticFaults, about 12 s).
 setsid -w npx -y -p "${ONCELY_NODE22:-node@22}" -c \
-  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts packages/kafka/test/deadLetters.test.ts packages/kafka/test/deadLetterCli.test.ts packages/kafka/test/rebalanceInFlight.test.ts' \
+  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts packages/kafka/test/deadLetters.test.ts packages/kafka/test/deadLetterCli.test.ts packages/kafka/test/rebalanceInFlight.test.ts packages/kafka/test/platformaticFaults.test.ts' \
   >"$logs/kafkaPlatformatic.log" 2>&1 &
 kafkaPlatformatic=$!
 # A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the

@@ -475,7 +475,12 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
       try {
         return (await partitionCount(topic))?.partitionsCount ?? 0;
       } catch (error) {
-        if (kafkaErrorName(error) === 'UNKNOWN_TOPIC_OR_PARTITION') {
+        // Its metadata() reports a missing topic as a UserError ('Unknown topic ...', no
+        // Kafka error name), which read as a connection failure: the topic list decides.
+        const missing =
+          kafkaErrorName(error) === 'UNKNOWN_TOPIC_OR_PARTITION' ||
+          !(await admin.listTopics().catch(() => [topic])).includes(topic);
+        if (missing) {
           throw new KafkaTopicMissingError(topic, `Kafka topic '${topic}' does not exist (broker.topic)`, {
             cause: error,
           });
