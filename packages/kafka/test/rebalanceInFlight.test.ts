@@ -50,88 +50,95 @@ describe.skipIf(!brokers)('rebalance while the first member holds fetched record
     await db?.close(passed);
   });
 
-  it('a member joins while 2,400 fetched records wait behind held handlers: lost 0, doubled 0', async () => {
-    try {
-      const topic = uniqueName('inflight');
-      const name = uniqueName('inflight-consumer');
-      const partitions = 4;
-      await createTopic(admin, topic, partitions);
-      // Many small sends (Kafka hands out whole producer batches) and small fetches: the
-      // first member fetches the backlog in several answers, and more than 2,000 records
-      // (the platformatic queues' limit) are fetched while every handler is held.
-      const ids = Array.from({ length: 2400 }, (_, n) => `inflight-${n}`);
-      for (let start = 0; start < ids.length; start += 40) {
-        await publish(
-          producer,
-          topic,
-          ids
-            .slice(start, start + 40)
-            .map((id, i) => ({ id, body: { n: start + i }, partition: i % partitions })),
-        );
-      }
-      let released = false;
-      const gate = new Promise<void>((resolve) => (release = resolve));
-      const handled = new Map<string, number>();
-      const member = (label: string) =>
-        createKafkaConsumer({
-          name,
-          broker: {
-            brokers: brokers!,
+  // Only when a client is named (ONCELY_KAFKA_CLIENT): the main run, on kafkajs by default and
+  // loaded, took 30-90 s for its 2,400 records at two handlers a member; it is about
+  // @platformatic/kafka's queues (the platformatic job runs it; ONCELY_KAFKA_CLIENT=kafkajs too).
+  it.skipIf(clientUnderTest().client === undefined)(
+    'a member joins while 2,400 fetched records wait behind held handlers: lost 0, doubled 0',
+    async () => {
+      try {
+        const topic = uniqueName('inflight');
+        const name = uniqueName('inflight-consumer');
+        const partitions = 4;
+        await createTopic(admin, topic, partitions);
+        // Many small sends (Kafka hands out whole producer batches) and small fetches: the
+        // first member fetches the backlog in several answers, and more than 2,000 records
+        // (the platformatic queues' limit) are fetched while every handler is held.
+        const ids = Array.from({ length: 2400 }, (_, n) => `inflight-${n}`);
+        for (let start = 0; start < ids.length; start += 40) {
+          await publish(
+            producer,
             topic,
-            fromBeginning: true,
-            sessionTimeout: 6000,
-            maxWaitTimeInMs: 200,
-            rebalanceTimeout: 20_000,
-            maxBytesPerPartition: 8192,
-            ...clientUnderTest(),
-          },
-          store: db.store,
-          // Two held handlers (and their transactions) per member: the store's pool of 10
-          // still has connections for the other member's.
-          concurrency: 2,
-          logger: silentLogger,
-          handler: async (message, ctx) => {
-            handled.set(label, (handled.get(label) ?? 0) + 1);
-            if (!released) await gate;
-            await db.insertEffect(ctx.tx, { id: message.id, consumer: label });
-          },
-        });
-      const first = member('first');
-      consumers.push(first);
-      await first.start();
-      await until('the first member running its first records', () => (handled.get('first') ?? 0) >= 1);
-      const second = member('second');
-      consumers.push(second);
-      await second.start();
-      // @platformatic/kafka rejoins at once, the handlers still held: the gate opens once the
-      // second member runs records or the group rebalances. kafkajs rejoins only once its
-      // running batches end: the gate opens once the second member started.
-      if (clientUnderTest().client === 'platformatic') {
-        await until('the rebalance', async () => {
-          if ((handled.get('second') ?? 0) > 0) return true;
-          const { groups } = await admin.describeGroups([name]);
-          return /Rebalance/.test(groups[0]?.state ?? '');
-        });
+            ids
+              .slice(start, start + 40)
+              .map((id, i) => ({ id, body: { n: start + i }, partition: i % partitions })),
+          );
+        }
+        let released = false;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        const handled = new Map<string, number>();
+        const member = (label: string) =>
+          createKafkaConsumer({
+            name,
+            broker: {
+              brokers: brokers!,
+              topic,
+              fromBeginning: true,
+              sessionTimeout: 6000,
+              maxWaitTimeInMs: 200,
+              rebalanceTimeout: 20_000,
+              maxBytesPerPartition: 8192,
+              ...clientUnderTest(),
+            },
+            store: db.store,
+            // Two held handlers (and their transactions) per member: the store's pool of 10
+            // still has connections for the other member's.
+            concurrency: 2,
+            logger: silentLogger,
+            handler: async (message, ctx) => {
+              handled.set(label, (handled.get(label) ?? 0) + 1);
+              if (!released) await gate;
+              await db.insertEffect(ctx.tx, { id: message.id, consumer: label });
+            },
+          });
+        const first = member('first');
+        consumers.push(first);
+        await first.start();
+        await until('the first member running its first records', () => (handled.get('first') ?? 0) >= 1);
+        const second = member('second');
+        consumers.push(second);
+        await second.start();
+        // @platformatic/kafka rejoins at once, the handlers still held: the gate opens once the
+        // second member runs records or the group rebalances. kafkajs rejoins only once its
+        // running batches end: the gate opens once the second member started.
+        if (clientUnderTest().client === 'platformatic') {
+          await until('the rebalance', async () => {
+            if ((handled.get('second') ?? 0) > 0) return true;
+            const { groups } = await admin.describeGroups([name]);
+            return /Rebalance/.test(groups[0]?.state ?? '');
+          });
+        }
+        released = true;
+        release!();
+        await until(
+          'the group to commit everything',
+          async () => (await groupLag(admin, name, topic)) === 0,
+          60_000,
+        );
+        const counts = await db.effectCounts();
+        const lost = ids.filter((id) => !counts.has(id));
+        const doubled = ids.filter((id) => (counts.get(id) ?? 0) > 1);
+        expect(
+          { lost: lost.length, doubled: doubled.length, firstLost: lost.slice(0, 5) },
+          'records without exactly one effect once the group committed to the end',
+        ).toEqual({ lost: 0, doubled: 0, firstLost: [] });
+      } catch (error) {
+        passed = false;
+        throw error;
       }
-      released = true;
-      release!();
-      await until(
-        'the group to commit everything',
-        async () => (await groupLag(admin, name, topic)) === 0,
-        60_000,
-      );
-      const counts = await db.effectCounts();
-      const lost = ids.filter((id) => !counts.has(id));
-      const doubled = ids.filter((id) => (counts.get(id) ?? 0) > 1);
-      expect(
-        { lost: lost.length, doubled: doubled.length, firstLost: lost.slice(0, 5) },
-        'records without exactly one effect once the group committed to the end',
-      ).toEqual({ lost: 0, doubled: 0, firstLost: [] });
-    } catch (error) {
-      passed = false;
-      throw error;
-    }
-  }, 120_000);
+    },
+    120_000,
+  );
 
   it('a handler slower than the session runs across a rebalance: it runs once, its member stays', async () => {
     try {
