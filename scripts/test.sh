@@ -149,15 +149,17 @@ node20=$!
 # project's globalSetup starts for this run (the main run's broker is stopped by then):
 # conformance and rebalance, the same files the kafkajs runs above passed; and send(),
 # the outbox producer, findDeadLetters and diagnose on it (about 10 s together); and
-# oncely dlq on Kafka (the session's scans and re-sends on this client, about 15 s). And the
-# Kafka chaos run with its consumer processes on this client (a broker of its own, 300
-# orders, 3 kills; the chaos project's phase runs first, alone: 58 s of this job's 212 s at
-# load 24, 2026-12-06). The chaos config collects that file only under
-# ONCELY_KAFKA_CLIENT=platformatic: the main run (kafkajs) leaves it to this job. Your own
-# @platformatic/kafka factories (broker.platformatic, platformaticInjected.test.ts) run in
-# the main run's kafka project, which is on Node 22 too.
+# oncely dlq on Kafka (the session's scans and re-sends on this client, about 15 s); a
+# rebalance while handlers run (rebalanceInFlight, about 20 s); a missing topic and a gone
+# dead-letter topic (platformaticFaults, about 12 s). And the Kafka chaos run with its
+# consumer processes on this client (a broker of its own, 300 orders, 3 kills; the chaos
+# project's phase runs first, alone: 58 s of this job's 212 s at load 24, 2026-12-06). The
+# chaos config collects that file only under ONCELY_KAFKA_CLIENT=platformatic: the main run
+# (kafkajs) leaves it to this job. Your own @platformatic/kafka factories
+# (broker.platformatic, platformaticInjected.test.ts) run in the main run's kafka project,
+# which is on Node 22 too.
 setsid -w npx -y -p "$node22" -c \
-  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka --project chaos packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts packages/kafka/test/deadLetters.test.ts packages/kafka/test/deadLetterCli.test.ts test/chaos/chaos.kafkaPlatformatic.test.ts' \
+  'echo "Node $(node --version): kafka on @platformatic/kafka" && ONCELY_KAFKA_CLIENT=platformatic node node_modules/vitest/vitest.mjs run --no-cache --project kafka --project chaos packages/kafka/test/conformance.test.ts packages/kafka/test/rebalance.test.ts packages/kafka/test/producerClients.test.ts packages/kafka/test/toolsClients.test.ts packages/kafka/test/deadLetters.test.ts packages/kafka/test/deadLetterCli.test.ts packages/kafka/test/rebalanceInFlight.test.ts packages/kafka/test/platformaticFaults.test.ts test/chaos/chaos.kafkaPlatformatic.test.ts' \
   >"$logs/kafkaPlatformatic.log" 2>&1 &
 kafkaPlatformatic=$!
 # A chaos run with a real PostgreSQL restart, on a cluster it creates for itself (the

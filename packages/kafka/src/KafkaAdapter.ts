@@ -490,6 +490,7 @@ export class KafkaAdapter implements BrokerAdapter {
             deadLetterTopic: this.config.deadLetterTopic,
             consumerName: this.consumerName,
             runtime: this.runtime,
+            timeoutMs: this.config.requestTimeout,
           };
           await publishDeadLetter(target, batch, message, reason, detail, info?.attempt);
           const written = this.deadLettered.get(batch.partition) ?? new Set<bigint>();

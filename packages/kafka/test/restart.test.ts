@@ -10,6 +10,7 @@ import { createKafkaConsumer } from '@oncely/kafka';
 import { ConsumerSpy } from '@oncely/testkit';
 import type { Admin, Producer } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clientUnderTest } from './support/harness.js';
 import {
   createTopic,
   DedicatedBroker,
@@ -70,6 +71,7 @@ describe.skipIf(!broker)('broker restart mid-run', () => {
             // Small fetches: the consumer cannot have the whole backlog in memory when
             // the broker goes away, so the run really stalls and resumes.
             maxBytesPerPartition: 1024,
+            ...clientUnderTest(),
           },
           store: db.store,
           mode,

@@ -97,6 +97,11 @@ class PlatformaticGroupConsumer implements GroupConsumer {
   private readonly endingRuns = new Map<number, Promise<void>>();
   /** Fetch answers the stream has had ('fetch' events). */
   private fetches = 0;
+  /**
+   * A rejoin of the running stream whose start positions the stream has not read yet
+   * ('offsets'): what it hands over meanwhile is of the last generation (see onRecord).
+   */
+  private awaitingStarts = false;
   private stopped = false;
   /** A heartbeat's group error since the last join: extendLease reports it. */
   private groupError: unknown;
@@ -130,6 +135,9 @@ class PlatformaticGroupConsumer implements GroupConsumer {
       this.groupError = undefined;
       this.leaseAt = Date.now();
       this.forgetFetchPositions();
+      // The running stream reads its start positions for this generation now (its own join
+      // listener, after this one); a stream being opened reads them as it starts.
+      this.awaitingStarts = this.stream !== undefined && !this.stream.destroyed;
       // A batch of the last generation may still run (this client rejoins without waiting
       // for it, kafkajs does not): the partition's next queue starts after it, so records
       // of one partition never run side by side.
@@ -164,6 +172,9 @@ class PlatformaticGroupConsumer implements GroupConsumer {
   private async openStream(): Promise<void> {
     const { config } = this.context;
     const handlers = this.handlers!;
+    // A stream closed by a lapsed lease: its records and positions are of no generation.
+    this.stream = undefined;
+    this.awaitingStarts = false;
     const stream = await this.consumer!.consume({
       topics: [config.topic],
       mode: 'committed',
@@ -181,7 +192,17 @@ class PlatformaticGroupConsumer implements GroupConsumer {
     });
     this.stream = stream;
     stream.on('offsets', () => this.noteStartPositions());
-    stream.on('fetch', () => this.fetches++);
+    stream.on('fetch', () => {
+      this.fetches++;
+      // A fetch answered between a rejoin and the new start positions moves the stream's
+      // positions as its records are pushed (right after this event): forgotten again, so
+      // a partition without a committed offset starts at fromBeginning's end, not after them.
+      if (this.awaitingStarts) {
+        process.nextTick(() => {
+          if (this.awaitingStarts) this.forgetFetchPositions();
+        });
+      }
+    });
     stream.on('data', (message) => this.onRecord(message));
     stream.on('error', (error) => {
       if (!this.stopped) handlers.onCrash(error, false);
@@ -232,6 +253,13 @@ class PlatformaticGroupConsumer implements GroupConsumer {
 
   private onRecord(message: Message<Buffer, Buffer, Buffer, Buffer>): void {
     if (this.stopped || message.topic !== this.context.config.topic) return;
+    // Records of the last generation, handed over after a rejoin but before the stream read
+    // the new start positions: what the stream buffered while paused (MAX_BUFFERED), or a
+    // fetch answered late. Queued, they would start a partition past the records between
+    // its committed offset and them, which the queue then drops as below its next offset:
+    // the adapter commits past records that never ran. The stream fetches them again from
+    // the start positions.
+    if (this.awaitingStarts) return;
     const { partition, offset } = message;
     if (!this.assigned.has(partition)) return;
     let queue = this.queues.get(partition);
@@ -297,6 +325,7 @@ class PlatformaticGroupConsumer implements GroupConsumer {
 
   /** The stream has its start positions for the generation ('offsets' event). */
   private noteStartPositions(): void {
+    this.awaitingStarts = false;
     const positions = this.stream?.offsetsToFetch;
     if (!positions) return;
     for (const partition of this.assigned) {
@@ -365,8 +394,12 @@ class PlatformaticGroupConsumer implements GroupConsumer {
         // Heartbeats run in the background here; a group error one of them got is the answer.
         if (this.groupError !== undefined && (generation === this.generation || this.leftForLease))
           throw this.groupError;
-        if (generation !== this.generation) return;
+        // The lease is that the handlers live, whichever generation their batch is of: this
+        // client rejoins without waiting for them, and a batch of the last generation may run
+        // on (a handler slower than the session); not counting it left the group a session
+        // after every rejoin and refused its ack.
         this.leaseAt = Date.now();
+        if (generation !== this.generation) return;
         this.handlers!.onHeartbeat();
       },
       pause: () => {
@@ -442,7 +475,12 @@ function platformaticAdmin(config: ResolvedKafkaConfig): ClusterAdmin {
       try {
         return (await partitionCount(topic))?.partitionsCount ?? 0;
       } catch (error) {
-        if (kafkaErrorName(error) === 'UNKNOWN_TOPIC_OR_PARTITION') {
+        // Its metadata() reports a missing topic as a UserError ('Unknown topic ...', no
+        // Kafka error name), which read as a connection failure: the topic list decides.
+        const missing =
+          kafkaErrorName(error) === 'UNKNOWN_TOPIC_OR_PARTITION' ||
+          !(await admin.listTopics().catch(() => [topic])).includes(topic);
+        if (missing) {
           throw new KafkaTopicMissingError(topic, `Kafka topic '${topic}' does not exist (broker.topic)`, {
             cause: error,
           });

@@ -15,6 +15,12 @@ export interface DeadLetterTarget {
   consumerName: string;
   /** Told when the record had to be written without its value. */
   runtime: AdapterRuntime | undefined;
+  /**
+   * Bounds each send (`broker.requestTimeout`): @platformatic/kafka retries a send to a
+   * topic that is gone without end, so a dead letter would never fail and its partition
+   * wait unreported. On kafkajs it is the acks timeout (30 s by default, as before).
+   */
+  timeoutMs: number;
 }
 
 /** Produces the dead letter of `message` (acks -1), smaller when the topic refuses it. */
@@ -35,7 +41,8 @@ export async function publishDeadLetter(
     detail,
     ...(attempts === undefined ? {} : { attempts }),
   });
-  const produce = (messages: Message[]) => target.producer.send(target.deadLetterTopic, messages);
+  const produce = (messages: Message[]) =>
+    target.producer.send(target.deadLetterTopic, messages, { timeoutMs: target.timeoutMs });
   try {
     await produce([record]);
   } catch (error) {
