@@ -64,7 +64,7 @@ describe.skipIf(!hasMySql)('the cost of one processOnce on the MySQL store', () 
     expect((await pay('m-1')).status).toBe('processed');
     expect(sent).toEqual([
       'START TRANSACTION',
-      'INSERT INTO `' + payments.split('`')[1] + '`.processed_messages',
+      `INSERT INTO \`${payments.split('`')[1]}\`.processed_messages`,
       `INSERT INTO ${payments}`,
       'COMMIT',
     ]);
@@ -72,7 +72,7 @@ describe.skipIf(!hasMySql)('the cost of one processOnce on the MySQL store', () 
     expect((await pay('m-1')).status).toBe('duplicate');
     expect(sent).toEqual([
       'START TRANSACTION',
-      'INSERT INTO `' + payments.split('`')[1] + '`.processed_messages',
+      `INSERT INTO \`${payments.split('`')[1]}\`.processed_messages`,
       'COMMIT',
     ]);
   });

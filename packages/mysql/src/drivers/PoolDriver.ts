@@ -342,9 +342,11 @@ interface CallbackConnection {
  * connection is destroyed rather than pooled and the failure reported as an outage.
  *
  * Statements go to mysql2's callback connection (the one its promise `query()` wraps),
- * one promise each. A statement of the work ({@link query}: the handler's) first captures
- * its caller's stack when the pool's `trace` option is on (mysql2's default), as mysql2's
- * promise `query()` does, and its error carries those frames. The store's own statements
+ * one promise each, when the connection's `query()` is mysql2's own (a wrapper's is
+ * called instead: {@link queriesThroughMysql2}). A statement of the work ({@link query}:
+ * the handler's) first captures its caller's stack when the pool's `trace` option is on
+ * (mysql2's default), as mysql2's promise `query()` does, and its error carries those
+ * frames. The store's own statements
  * ({@link ownStatement}: START TRANSACTION, the claim's INSERT, COMMIT, ROLLBACK, session
  * set-up) capture nothing: with three of them per transaction that capture, walking the
  * store's call chain, was the largest client-side cost of a processOnce (issue 31's bench).
@@ -378,7 +380,10 @@ class Session implements RawConnection {
     const core = connection.connection;
     this.core = core;
     const callbacks = core as Partial<CallbackConnection> | undefined;
-    this.callbacks = typeof callbacks?.query === 'function' ? (callbacks as CallbackConnection) : undefined;
+    this.callbacks =
+      typeof callbacks?.query === 'function' && queriesThroughMysql2(connection)
+        ? (callbacks as CallbackConnection)
+        : undefined;
     this.trace = callbacks?.config?.trace === true;
     core?.on('error', this.onError);
     core?.on('end', this.onEnd);
@@ -520,6 +525,24 @@ class Session implements RawConnection {
     this.core?.removeListener('error', this.onError);
     this.connection.release();
   }
+}
+
+/**
+ * Whether `connection.query` is mysql2's own promise `query()` (inherited from its
+ * PromiseConnection, as on every connection of a mysql2 promise pool, or through a
+ * transparent Proxy of one): only then is sending on the callback connection underneath
+ * the same as calling it. A wrapper's own `query()` (logging, tracing, fault injection) is
+ * what the store must call, and its `connection` may be anything (mysql2's typings call it
+ * a promise connection): such a connection keeps the promise path.
+ */
+function queriesThroughMysql2(connection: MySqlPoolConnectionLike): boolean {
+  if (Object.hasOwn(connection, 'query')) return false;
+  let proto: unknown = Object.getPrototypeOf(connection);
+  while (proto !== null && typeof proto === 'object' && !Object.hasOwn(proto, 'query')) {
+    proto = Object.getPrototypeOf(proto);
+  }
+  const owner = proto as { constructor?: { name?: unknown }; query?: unknown } | null;
+  return owner?.constructor?.name === 'PromiseConnection' && owner.query === connection.query;
 }
 
 /**
